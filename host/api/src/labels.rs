@@ -1,0 +1,34 @@
+//! Label keys, values and other names that form the operator's external contract.
+//!
+//! They are byte-identical to Kubeflow training-operator 1.9 so that existing label selectors,
+//! dashboards and scripts keep matching the objects this operator creates.
+
+/// Names the operator that owns an object.
+pub const OPERATOR_NAME: &str = "training.kubeflow.org/operator-name";
+/// The value of [`OPERATOR_NAME`] on every object this operator creates.
+pub const OPERATOR_NAME_VALUE: &str = "tfjob-controller";
+/// The TFJob an object belongs to.
+pub const JOB_NAME: &str = "training.kubeflow.org/job-name";
+/// Lower-case replica type (`ps`, `worker`, `chief`, `master`, `evaluator`).
+pub const REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
+/// Replica index, decimal.
+pub const REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
+/// `master` on the pod that decides the job's success.
+pub const JOB_ROLE: &str = "training.kubeflow.org/job-role";
+/// The value of [`JOB_ROLE`].
+pub const JOB_ROLE_MASTER: &str = "master";
+
+/// The port name whose `containerPort` is advertised in `TF_CONFIG`.
+pub const DEFAULT_PORT_NAME: &str = "tfjob-port";
+/// The port used when the `tensorflow` container declares no `tfjob-port`.
+pub const DEFAULT_PORT: i32 = 2222;
+/// The container that gets `TF_CONFIG` and whose exit code decides `ExitCode` restarts.
+pub const DEFAULT_CONTAINER_NAME: &str = "tensorflow";
+
+/// `spec.runPolicy.managedBy` value meaning "this operator".
+pub const MANAGED_BY_TRAINING_OPERATOR: &str = "kubeflow.org/training-operator";
+/// `spec.runPolicy.managedBy` value meaning "Kueue's MultiKueue dispatches this job".
+pub const MANAGED_BY_MULTIKUEUE: &str = "kueue.x-k8s.io/multikueue";
+
+/// The name this operator uses as field manager and event reporter.
+pub const CONTROLLER_NAME: &str = "tfjob-controller";

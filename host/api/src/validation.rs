@@ -1,0 +1,485 @@
+//! Defaults and validation: from a raw [`TFJob`] to a [`ValidJob`] the planner can trust.
+//!
+//! Defaults are applied in memory on every reconcile and never written back into the spec, as
+//! training-operator did: replica type keys re-cased, `replicas` 1, `restartPolicy` `Never`,
+//! `cleanPodPolicy` `None`, and a `tfjob-port` (2222) appended to the `tensorflow` container.
+//! Validation collects every problem, each with its field path, so a user fixes a manifest in
+//! one round trip.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec};
+
+use crate::labels::{
+    DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, MANAGED_BY_MULTIKUEUE,
+    MANAGED_BY_TRAINING_OPERATOR,
+};
+use crate::{CleanPodPolicy, ReplicaType, RestartPolicy, SuccessPolicy, TFJob};
+
+/// One problem with a job, located by its field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path in Kubernetes notation, e.g. `spec.tfReplicaSpecs[Worker].replicas`.
+    pub path: String,
+    /// What is wrong, e.g. `must be greater than or equal to 0`.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found in a job. Never empty.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+/// One replica type after defaulting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidReplica {
+    pub replicas: i32,
+    pub restart_policy: RestartPolicy,
+    /// The template with the default port appended to the `tensorflow` container.
+    pub template: PodTemplateSpec,
+}
+
+/// The run policy after defaulting.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ValidRunPolicy {
+    pub clean_pod_policy: CleanPodPolicy,
+    pub ttl_seconds_after_finished: Option<i32>,
+    pub active_deadline_seconds: Option<i64>,
+    pub backoff_limit: Option<i32>,
+    pub suspend: bool,
+}
+
+/// A job whose spec passed validation, with every default applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidJob {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// Replica types in processing order.
+    pub replicas: BTreeMap<ReplicaType, ValidReplica>,
+    pub run_policy: ValidRunPolicy,
+    pub success_policy: SuccessPolicy,
+    pub enable_dynamic_worker: bool,
+}
+
+impl ValidJob {
+    /// Whether the job has a Chief or Master, whose success then decides the job's.
+    pub fn has_chief_or_master(&self) -> bool {
+        self.replicas.keys().any(|t| t.is_chief_or_master())
+    }
+
+    /// A job is distributed (and gets `TF_CONFIG`) unless it has exactly one replica in total.
+    pub fn is_distributed(&self) -> bool {
+        self.replicas
+            .values()
+            .map(|r| i64::from(r.replicas))
+            .sum::<i64>()
+            != 1
+    }
+}
+
+/// Whether `managedBy` hands the job to another controller, so this operator must not touch it.
+pub fn managed_elsewhere(job: &TFJob) -> bool {
+    job.spec
+        .run_policy
+        .managed_by
+        .as_deref()
+        .is_some_and(|m| m != MANAGED_BY_TRAINING_OPERATOR)
+}
+
+/// Applies the defaults and checks every rule; returns all problems at once.
+pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
+    let mut errors = Vec::new();
+    let mut push = |path: String, message: &str| {
+        errors.push(FieldError {
+            path,
+            message: message.to_owned(),
+        })
+    };
+
+    let name = job.metadata.name.clone().unwrap_or_default();
+    if let Some(problem) = dns1035_problem(&name) {
+        push("metadata.name".into(), &problem);
+    }
+
+    let spec = &job.spec;
+    let run = &spec.run_policy;
+    if let Some(m) = run.managed_by.as_deref()
+        && m != MANAGED_BY_TRAINING_OPERATOR
+        && m != MANAGED_BY_MULTIKUEUE
+    {
+        push(
+            "spec.runPolicy.managedBy".into(),
+            &format!(
+                "unsupported value {m:?}: must be {MANAGED_BY_TRAINING_OPERATOR:?} or {MANAGED_BY_MULTIKUEUE:?}"
+            ),
+        );
+    }
+    for (field, value) in [
+        (
+            "ttlSecondsAfterFinished",
+            run.ttl_seconds_after_finished.map(i64::from),
+        ),
+        ("activeDeadlineSeconds", run.active_deadline_seconds),
+        ("backoffLimit", run.backoff_limit.map(i64::from)),
+    ] {
+        if value.is_some_and(|v| v < 0) {
+            push(
+                format!("spec.runPolicy.{field}"),
+                "must be greater than or equal to 0",
+            );
+        }
+    }
+
+    if spec.tf_replica_specs.is_empty() {
+        push(
+            "spec.tfReplicaSpecs".into(),
+            "must contain at least one replica spec",
+        );
+    }
+
+    let mut replicas = BTreeMap::new();
+    let mut seen_keys: BTreeMap<ReplicaType, &str> = BTreeMap::new();
+    for (key, replica) in &spec.tf_replica_specs {
+        let base = format!("spec.tfReplicaSpecs[{key}]");
+        let Some(rtype) = ReplicaType::parse_loose(key) else {
+            push(
+                base,
+                "unknown replica type: must be one of Chief, Master, PS, Worker, Evaluator",
+            );
+            continue;
+        };
+        if let Some(other) = seen_keys.insert(rtype, key) {
+            push(
+                base.clone(),
+                &format!("duplicate replica type: {other:?} and {key:?} both mean {rtype}"),
+            );
+        }
+        let count = replica.replicas.unwrap_or(1);
+        if count < 0 {
+            push(
+                format!("{base}.replicas"),
+                "must be greater than or equal to 0",
+            );
+        }
+        let containers = replica
+            .template
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or_default();
+        if containers.is_empty() {
+            push(
+                format!("{base}.template.spec.containers"),
+                "must contain at least one container",
+            );
+        }
+        for (i, c) in containers.iter().enumerate() {
+            if c.name.is_empty() {
+                push(
+                    format!("{base}.template.spec.containers[{i}].name"),
+                    "must be set",
+                );
+            }
+            if c.image.as_deref().is_none_or(str::is_empty) {
+                push(
+                    format!("{base}.template.spec.containers[{i}].image"),
+                    "must be set",
+                );
+            }
+        }
+        if !containers.is_empty() && !containers.iter().any(|c| c.name == DEFAULT_CONTAINER_NAME) {
+            push(
+                format!("{base}.template.spec.containers"),
+                &format!("must contain a container named {DEFAULT_CONTAINER_NAME:?}"),
+            );
+        }
+        replicas.insert(
+            rtype,
+            ValidReplica {
+                replicas: count,
+                restart_policy: replica.restart_policy.unwrap_or_default(),
+                template: with_default_port(&replica.template),
+            },
+        );
+    }
+    if replicas.contains_key(&ReplicaType::Chief) && replicas.contains_key(&ReplicaType::Master) {
+        push(
+            "spec.tfReplicaSpecs".into(),
+            "must not contain both Chief and Master",
+        );
+    }
+
+    if !errors.is_empty() {
+        return Err(ValidationErrors(errors));
+    }
+    Ok(ValidJob {
+        name,
+        namespace: job
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        replicas,
+        run_policy: ValidRunPolicy {
+            clean_pod_policy: run.clean_pod_policy.unwrap_or_default(),
+            ttl_seconds_after_finished: run.ttl_seconds_after_finished,
+            active_deadline_seconds: run.active_deadline_seconds,
+            backoff_limit: run.backoff_limit,
+            suspend: run.suspend.unwrap_or(false),
+        },
+        success_policy: spec.success_policy.unwrap_or_default(),
+        enable_dynamic_worker: spec.enable_dynamic_worker.unwrap_or(false),
+    })
+}
+
+/// The index of the container that carries `TF_CONFIG` and the job port: the one named
+/// `tensorflow`, else the first.
+pub fn default_container_index(template: &PodTemplateSpec) -> usize {
+    template
+        .spec
+        .as_ref()
+        .and_then(|s| {
+            s.containers
+                .iter()
+                .position(|c| c.name == DEFAULT_CONTAINER_NAME)
+        })
+        .unwrap_or(0)
+}
+
+/// Appends `tfjob-port: 2222` to the default container unless a port of that name exists.
+fn with_default_port(template: &PodTemplateSpec) -> PodTemplateSpec {
+    let mut template = template.clone();
+    let index = default_container_index(&template);
+    if let Some(container) = template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.get_mut(index))
+    {
+        let ports = container.ports.get_or_insert_with(Vec::new);
+        if !ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME))
+        {
+            ports.push(ContainerPort {
+                name: Some(DEFAULT_PORT_NAME.into()),
+                container_port: DEFAULT_PORT,
+                ..ContainerPort::default()
+            });
+        }
+    }
+    template
+}
+
+/// Why `name` is not a DNS-1035 label, if it is not one.
+fn dns1035_problem(name: &str) -> Option<String> {
+    const RULE: &str = "must be a DNS-1035 label: at most 63 lower-case alphanumeric characters or '-', starting with a letter and ending with an alphanumeric character";
+    if name.is_empty() {
+        return Some("must be set".into());
+    }
+    let bytes = name.as_bytes();
+    let ok = bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    (!ok).then(|| format!("{name:?} {RULE}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse_tfjob_yaml;
+
+    const VALID: &str = r#"
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: mnist, namespace: ml}
+spec:
+  tfReplicaSpecs:
+    WORKER:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: tensorflow
+            image: tf:2
+            ports: [{name: metrics, containerPort: 9090}]
+    ps:
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf:2, ports: [{name: tfjob-port, containerPort: 3333}]}]
+"#;
+
+    fn job(yaml: &str) -> TFJob {
+        parse_tfjob_yaml(yaml).expect("test job parses")
+    }
+
+    fn paths(yaml: &str) -> Vec<String> {
+        validate(&job(yaml))
+            .expect_err("job must be invalid")
+            .0
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    }
+
+    #[test]
+    fn defaults_recase_keys_and_fill_replicas_restart_policy_and_ports() {
+        let v = validate(&job(VALID)).unwrap();
+        assert_eq!(
+            v.replicas.keys().copied().collect::<Vec<_>>(),
+            vec![ReplicaType::PS, ReplicaType::Worker]
+        );
+        let worker = &v.replicas[&ReplicaType::Worker];
+        assert_eq!(worker.replicas, 2);
+        assert_eq!(worker.restart_policy, RestartPolicy::Never);
+        let ports = worker.template.spec.as_ref().unwrap().containers[0]
+            .ports
+            .clone()
+            .unwrap();
+        assert_eq!(ports.len(), 2);
+        assert_eq!(ports[0].name.as_deref(), Some("metrics"));
+        assert_eq!(ports[1].name.as_deref(), Some("tfjob-port"));
+        assert_eq!(ports[1].container_port, 2222);
+        // An existing tfjob-port is kept, not duplicated.
+        let ps = &v.replicas[&ReplicaType::PS];
+        assert_eq!(ps.replicas, 1);
+        let ps_ports = ps.template.spec.as_ref().unwrap().containers[0]
+            .ports
+            .clone()
+            .unwrap();
+        assert_eq!(ps_ports.len(), 1);
+        assert_eq!(ps_ports[0].container_port, 3333);
+        assert_eq!(v.run_policy.clean_pod_policy, CleanPodPolicy::None);
+        assert_eq!(v.success_policy, SuccessPolicy::Default);
+        assert!(v.is_distributed());
+    }
+
+    #[test]
+    fn defaults_are_not_written_into_the_spec() {
+        let j = job(VALID);
+        let before = j.spec.clone();
+        validate(&j).unwrap();
+        assert_eq!(j.spec, before);
+    }
+
+    #[test]
+    fn port_goes_to_the_tensorflow_container_not_the_first() {
+        let v = validate(&job(r#"
+metadata: {name: a}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers: [{name: sidecar, image: s}, {name: tensorflow, image: t}]
+"#))
+        .unwrap();
+        let cs = &v.replicas[&ReplicaType::Worker]
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers;
+        assert!(cs[0].ports.is_none());
+        assert_eq!(cs[1].ports.as_ref().unwrap()[0].container_port, 2222);
+        assert!(!v.is_distributed());
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let p = paths(
+            r#"
+metadata: {name: Bad_Name}
+spec:
+  runPolicy: {managedBy: someone/else, backoffLimit: -1, ttlSecondsAfterFinished: -5, activeDeadlineSeconds: -2}
+  tfReplicaSpecs:
+    Chief:
+      template: {spec: {containers: [{name: tensorflow, image: t}]}}
+    master:
+      replicas: -1
+      template: {spec: {containers: [{name: main}]}}
+    Launcher:
+      template: {spec: {containers: [{name: tensorflow, image: t}]}}
+    Worker:
+      template: {spec: {containers: []}}
+"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "metadata.name",
+                "spec.runPolicy.managedBy",
+                "spec.runPolicy.ttlSecondsAfterFinished",
+                "spec.runPolicy.activeDeadlineSeconds",
+                "spec.runPolicy.backoffLimit",
+                "spec.tfReplicaSpecs[Launcher]",
+                "spec.tfReplicaSpecs[Worker].template.spec.containers",
+                "spec.tfReplicaSpecs[master].replicas",
+                "spec.tfReplicaSpecs[master].template.spec.containers[0].image",
+                "spec.tfReplicaSpecs[master].template.spec.containers",
+                "spec.tfReplicaSpecs",
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_replica_specs_is_invalid() {
+        assert_eq!(
+            paths("metadata: {name: a}\nspec: {}\n"),
+            vec!["spec.tfReplicaSpecs"]
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_after_recasing_are_invalid() {
+        let p = paths(
+            r#"
+metadata: {name: a}
+spec:
+  tfReplicaSpecs:
+    Worker: {template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+    worker: {template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+"#,
+        );
+        assert_eq!(p, vec!["spec.tfReplicaSpecs[worker]"]);
+    }
+
+    #[test]
+    fn multikueue_is_a_valid_manager_and_marks_the_job_as_managed_elsewhere() {
+        let mut j = job(VALID);
+        j.spec.run_policy.managed_by = Some(MANAGED_BY_MULTIKUEUE.into());
+        assert!(validate(&j).is_ok());
+        assert!(managed_elsewhere(&j));
+        j.spec.run_policy.managed_by = Some(MANAGED_BY_TRAINING_OPERATOR.into());
+        assert!(!managed_elsewhere(&j));
+        j.spec.run_policy.managed_by = None;
+        assert!(!managed_elsewhere(&j));
+    }
+
+    #[test]
+    fn dns1035_rules() {
+        assert!(dns1035_problem("mnist-1").is_none());
+        assert!(dns1035_problem("1mnist").is_some());
+        assert!(dns1035_problem("mnist-").is_some());
+        assert!(dns1035_problem("Mnist").is_some());
+        assert!(dns1035_problem(&"a".repeat(64)).is_some());
+        assert!(dns1035_problem(&"a".repeat(63)).is_none());
+    }
+}

@@ -1,0 +1,77 @@
+//! Command-line arguments of `tfjob-operator`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Runs Kubeflow TFJobs (kubeflow.org/v1) on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tfjob-operator",
+    version,
+    about,
+    after_help = "Examples:\n  tfjob-operator render -f dist-mnist.yaml\n  tfjob-operator render -f job.yaml -o json --cluster-domain cluster.local\n  tfjob-operator crd | kubectl apply --server-side -f -\n  tfjob-operator run --namespace ml --threads 4 --metrics-addr 0.0.0.0:8080"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the pods and services the operator would create for a TFJob, without a cluster.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator render -f job.yaml\n  cat job.yaml | tfjob-operator render -f - -o json\n\nExit status: 0 on success, 2 when the input is not a valid TFJob (every problem is printed\nto stderr with its field path; nothing is printed on stdout)."
+    )]
+    Render(RenderArgs),
+    /// Print the TFJob CustomResourceDefinition as YAML.
+    Crd,
+    /// Run the controller against the cluster of the current kubeconfig or in-cluster config.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --threads 8 --metrics-addr 127.0.0.1:9090"
+    )]
+    Run(RunArgs),
+}
+
+/// Output formats of `render`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// TFJob manifest (YAML or JSON, several documents allowed); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Cluster domain for TF_CONFIG host names [default: $CUSTOM_CLUSTER_DOMAIN].
+    #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN", value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Watch only this namespace [default: all namespaces].
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Concurrent reconciles (never two for the same job).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Cluster domain for TF_CONFIG host names [default: $CUSTOM_CLUSTER_DOMAIN].
+    #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN", value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, then in-cluster].
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Log output as JSON lines.
+    #[arg(long)]
+    pub log_json: bool,
+}

@@ -1,0 +1,28 @@
+//! `tfjob-operator`: the command-line entry point. Parses arguments and hands off to the
+//! subcommand modules; errors are reported here, at the binary's edge.
+
+mod cli;
+mod render;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli.command {
+        cli::Command::Crd => {
+            print!("{}", tfjob_api::crd::tfjob_crd_yaml());
+            ExitCode::SUCCESS
+        }
+        cli::Command::Render(args) => render::main(&args),
+        cli::Command::Run(args) => match run::main(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tfjob-operator: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

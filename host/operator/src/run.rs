@@ -1,0 +1,3 @@
+pub fn main(_args: crate::cli::RunArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not yet")
+}

@@ -1,0 +1,21 @@
+//! Pure, synchronous TFJob reconcile planning.
+//!
+//! Given a TFJob, the pods and services it owns, the current time and the operator's settings,
+//! [`plan::plan`] computes every action one reconcile must take: pods and services to create or
+//! delete, the new status, events, metric transitions and when to look again. It never performs
+//! IO; the pod-level decisions go through the [`policy::PodPolicies`] seam so that the Wasm
+//! policy engine plugs in without changing the planner.
+
+pub mod conditions;
+pub mod native;
+pub mod objects;
+pub mod plan;
+pub mod policy;
+pub mod problems;
+pub mod tf_config;
+
+pub use plan::{
+    Deletion, DeletionCause, EventType, JobEvent, Plan, PlanError, PlanInput, Settings, Skip,
+    Transition, plan,
+};
+pub use policy::{PodContext, PodPolicies, PolicyError, ShapedPod, Verdict, VerdictPhase};

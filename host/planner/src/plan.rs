@@ -1,0 +1,958 @@
+//! The planner: from a TFJob and its observed pods and services to the actions that move it on.
+//!
+//! [`plan`] is a pure function of its [`PlanInput`]: no IO, no clock, no randomness. The
+//! controller executes the resulting [`Plan`] in a fixed order (status first, with optimistic
+//! concurrency, then deletions, then creations, then events), which is what makes restart
+//! accounting and pod creation idempotent under a stale cache: a restart is recorded in the
+//! status together with the uid of the pod it deletes, and pods have deterministic names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tfjob_api::validation::{ValidJob, ValidationErrors, managed_elsewhere, validate};
+use tfjob_api::{
+    CleanPodPolicy, ConditionStatus, JobConditionType, PodRestarts, ReplicaStatus, ReplicaType,
+    RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
+};
+
+use crate::conditions::set_condition;
+use crate::objects::{build_pod, build_service, object_name, replica_of, replica_selector};
+use crate::policy::{PodContext, PodPolicies, PolicyError, Verdict, VerdictPhase};
+use crate::problems::pod_problem_events;
+
+/// How often a job with pods still on their way to running is looked at again, so that grace
+/// periods and pending timeouts expire without another event.
+pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
+
+/// Longest policy message carried into a condition or event.
+const MAX_DETAIL: usize = 1024;
+
+/// Operator-wide settings the planner needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Adds `.svc.<domain>` to `TF_CONFIG` host names.
+    pub cluster_domain: Option<String>,
+}
+
+/// Everything [`plan`] looks at.
+pub struct PlanInput<'a> {
+    pub job: &'a TFJob,
+    /// Pods owned by the job.
+    pub pods: &'a [Pod],
+    /// Services owned by the job.
+    pub services: &'a [Service],
+    pub now: Timestamp,
+    pub settings: &'a Settings,
+    pub policies: &'a dyn PodPolicies,
+}
+
+/// Why the planner left a job alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// `spec.runPolicy.managedBy` names another controller.
+    ManagedElsewhere(String),
+    /// The job is being deleted; garbage collection removes its objects.
+    BeingDeleted,
+}
+
+/// Why an object is deleted; the controller words its events and logs by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeletionCause {
+    Restart,
+    ScaleDown,
+    CleanPodPolicy,
+    Suspend,
+    /// Running and pending pods of a job that failed on its backoff limit or deadline.
+    JobFailed,
+}
+
+/// One object to delete. `uid`, when set, is a precondition: a newer incarnation with the same
+/// name is never deleted by mistake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deletion {
+    pub name: String,
+    pub uid: Option<String>,
+    pub cause: DeletionCause,
+}
+
+/// Event severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event on the TFJob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEvent {
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+    /// When set, the event is published once per key (pod incarnation and reason), not on every
+    /// reconcile that sees the same situation.
+    pub once_key: Option<String>,
+}
+
+/// Job lifecycle transitions, counted by the operator's metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    Created,
+    Succeeded,
+    Failed,
+    Restarted,
+    Deleted,
+}
+
+/// What to do for one job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub skip: Option<Skip>,
+    /// The new status, when it differs from the observed one.
+    pub status: Option<TFJobStatus>,
+    pub delete_pods: Vec<Deletion>,
+    pub delete_services: Vec<Deletion>,
+    pub create_services: Vec<Service>,
+    pub create_pods: Vec<Pod>,
+    pub events: Vec<JobEvent>,
+    pub transitions: Vec<Transition>,
+    /// Delete the TFJob itself (TTL after finishing).
+    pub delete_job: bool,
+    pub requeue_after: Option<Duration>,
+}
+
+/// A policy with failure policy `Fail` could not decide, so the reconcile must not go on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+}
+
+/// Plans one reconcile of `input.job`.
+pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
+    let job = input.job;
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(Plan {
+            skip: Some(Skip::BeingDeleted),
+            ..Plan::default()
+        });
+    }
+    if managed_elsewhere(job) {
+        let manager = job.spec.run_policy.managed_by.clone().unwrap_or_default();
+        return Ok(Plan {
+            skip: Some(Skip::ManagedElsewhere(manager)),
+            ..Plan::default()
+        });
+    }
+    let observed = job.status.clone().unwrap_or_default();
+    let mut planner = Planner {
+        input,
+        status: observed.clone(),
+        plan: Plan::default(),
+        name: job.metadata.name.clone().unwrap_or_default(),
+        namespace: job
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+    };
+    planner.ensure_created();
+    match validate(job) {
+        Err(errors) => planner.invalid(&errors),
+        Ok(valid) => planner.reconcile(&valid)?,
+    }
+    Ok(planner.finish(observed))
+}
+
+/// Pod counts of one replica type during a reconcile.
+#[derive(Default)]
+struct Tally {
+    active: i32,
+    failed: i32,
+    /// Indexes whose work is done (a succeeded pod now, or recorded earlier).
+    succeeded: BTreeSet<i32>,
+}
+
+/// A pod that needs a decision after all pods were classified.
+struct Judged<'p> {
+    rtype: ReplicaType,
+    pod: &'p Pod,
+    verdict: Verdict,
+}
+
+struct Planner<'a, 'i> {
+    input: &'a PlanInput<'i>,
+    status: TFJobStatus,
+    plan: Plan,
+    name: String,
+    namespace: String,
+}
+
+impl<'a, 'i> Planner<'a, 'i> {
+    fn now(&self) -> Timestamp {
+        self.input.now
+    }
+
+    fn condition(
+        &mut self,
+        type_: JobConditionType,
+        value: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) -> bool {
+        set_condition(
+            &mut self.status,
+            type_,
+            value,
+            reason,
+            message,
+            self.input.now,
+        )
+    }
+
+    fn event(&mut self, type_: EventType, reason: &str, message: String, once_key: Option<String>) {
+        self.plan.events.push(JobEvent {
+            type_,
+            reason: reason.to_owned(),
+            message,
+            once_key,
+        });
+    }
+
+    fn ensure_created(&mut self) {
+        if self.status.condition(JobConditionType::Created).is_none() {
+            let message = format!("TFJob {} is created.", self.name);
+            self.condition(
+                JobConditionType::Created,
+                ConditionStatus::True,
+                "TFJobCreated",
+                &message,
+            );
+            self.plan.transitions.push(Transition::Created);
+        }
+    }
+
+    fn invalid(&mut self, errors: &ValidationErrors) {
+        let message = format!(
+            "TFJob {}/{} is invalid: {errors}",
+            self.namespace, self.name
+        );
+        if self.condition(
+            JobConditionType::Failed,
+            ConditionStatus::True,
+            "FailedValidation",
+            &message,
+        ) {
+            self.status
+                .completion_time
+                .get_or_insert(Time(self.input.now));
+            self.event(EventType::Warning, "FailedValidation", message, None);
+            self.plan.transitions.push(Transition::Failed);
+        }
+    }
+
+    fn finish(mut self, observed: TFJobStatus) -> Plan {
+        if self.status != observed {
+            self.status.last_reconcile_time = Some(Time(self.input.now));
+            self.plan.status = Some(self.status);
+        }
+        self.plan
+    }
+
+    fn requeue(&mut self, after: Duration) {
+        self.plan.requeue_after = Some(self.plan.requeue_after.map_or(after, |d| d.min(after)));
+    }
+
+    fn reconcile(&mut self, job: &ValidJob) -> Result<(), PlanError> {
+        if self.status.is_finished() {
+            self.finished(job);
+            return Ok(());
+        }
+        if job.run_policy.suspend {
+            self.suspend(job);
+            return Ok(());
+        }
+        if self.status.is_true(JobConditionType::Suspended) {
+            let message = format!("TFJob {} is resumed.", self.name);
+            self.condition(
+                JobConditionType::Suspended,
+                ConditionStatus::False,
+                "TFJobResumed",
+                &message,
+            );
+            self.status.start_time = Some(Time(self.now()));
+            self.event(EventType::Normal, "TFJobResumed", message, None);
+        }
+        self.run(job)
+    }
+
+    /// A finished job: apply cleanPodPolicy and the TTL.
+    fn finished(&mut self, job: &ValidJob) {
+        let clean = job.run_policy.clean_pod_policy;
+        for pod in self.input.pods {
+            let phase = pod_phase(pod);
+            let delete = match clean {
+                CleanPodPolicy::All => true,
+                CleanPodPolicy::Running => phase == "Running" || phase == "Pending",
+                CleanPodPolicy::None => false,
+            };
+            if delete && pod.metadata.deletion_timestamp.is_none() {
+                self.delete_pod_and_service(pod, DeletionCause::CleanPodPolicy);
+            }
+        }
+        if self.status.is_true(JobConditionType::Succeeded) {
+            for rs in self.status.replica_statuses.values_mut() {
+                rs.succeeded += rs.active;
+                rs.active = 0;
+            }
+        }
+        let (Some(ttl), Some(done)) = (
+            job.run_policy.ttl_seconds_after_finished,
+            self.status.completion_time.clone(),
+        ) else {
+            return;
+        };
+        let expires = done.0 + jiff::SignedDuration::from_secs(i64::from(ttl));
+        if self.now() >= expires {
+            self.plan.delete_job = true;
+            self.plan.transitions.push(Transition::Deleted);
+            self.event(
+                EventType::Normal,
+                "SuccessfulDeleteJob",
+                format!("Deleted job: {}", self.name),
+                None,
+            );
+        } else {
+            self.requeue(until(self.now(), expires));
+        }
+    }
+
+    fn suspend(&mut self, job: &ValidJob) {
+        for pod in self.input.pods {
+            if pod.metadata.deletion_timestamp.is_none() {
+                self.plan
+                    .delete_pods
+                    .push(deletion(pod, DeletionCause::Suspend));
+            }
+        }
+        for svc in self.input.services {
+            self.plan.delete_services.push(Deletion {
+                name: svc.metadata.name.clone().unwrap_or_default(),
+                uid: None,
+                cause: DeletionCause::Suspend,
+            });
+        }
+        let mut tallies: BTreeMap<ReplicaType, Tally> = BTreeMap::new();
+        for rtype in job.replicas.keys() {
+            let done = self.completed(*rtype);
+            tallies.insert(
+                *rtype,
+                Tally {
+                    succeeded: done,
+                    ..Tally::default()
+                },
+            );
+        }
+        self.write_replica_statuses(job, &tallies);
+        let message = format!("TFJob {} is suspended.", self.name);
+        if self.status.is_true(JobConditionType::Running) {
+            self.condition(
+                JobConditionType::Running,
+                ConditionStatus::False,
+                "TFJobSuspended",
+                &message,
+            );
+        }
+        if !self.status.is_true(JobConditionType::Suspended) {
+            self.condition(
+                JobConditionType::Suspended,
+                ConditionStatus::True,
+                "TFJobSuspended",
+                &message,
+            );
+            self.event(EventType::Normal, "TFJobSuspended", message, None);
+        }
+    }
+
+    fn completed(&self, rtype: ReplicaType) -> BTreeSet<i32> {
+        self.status
+            .completed_indexes
+            .get(rtype.as_str())
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn context(&self, job: &ValidJob, rtype: ReplicaType, index: i32) -> PodContext {
+        let meta = &self.input.job.metadata;
+        let name = object_name(&job.name, rtype, index);
+        PodContext {
+            job_name: job.name.clone(),
+            namespace: job.namespace.clone(),
+            job_uid: job.uid.clone(),
+            job_labels: meta.labels.clone().unwrap_or_default(),
+            job_annotations: meta.annotations.clone().unwrap_or_default(),
+            replica_type: rtype.as_str().to_owned(),
+            replica_index: index,
+            replica_count: job.replicas[&rtype].replicas,
+            attempt: self.status.pod_restarts.get(&name).map_or(0, |r| r.count),
+        }
+    }
+
+    /// The running job: classify every pod, decide success, failure or restarts, create what is
+    /// missing.
+    fn run(&mut self, job: &ValidJob) -> Result<(), PlanError> {
+        let input = self.input;
+        let mut by_slot: BTreeMap<(ReplicaType, i32), Vec<&Pod>> = BTreeMap::new();
+        for pod in input.pods {
+            match replica_of(&pod.metadata) {
+                Some(slot) => by_slot.entry(slot).or_default().push(pod),
+                None => continue,
+            }
+        }
+        // Pods and services beyond the spec (scale down, removed replica types) go.
+        for (&(rtype, index), pods) in &by_slot {
+            if !in_spec(job, rtype, index) {
+                for pod in pods {
+                    if pod.metadata.deletion_timestamp.is_none() {
+                        self.plan
+                            .delete_pods
+                            .push(deletion(pod, DeletionCause::ScaleDown));
+                    }
+                }
+            }
+        }
+        let mut existing_services = BTreeSet::new();
+        for svc in input.services {
+            let Some((rtype, index)) = replica_of(&svc.metadata) else {
+                continue;
+            };
+            if in_spec(job, rtype, index) {
+                existing_services.insert((rtype, index));
+            } else {
+                self.plan.delete_services.push(Deletion {
+                    name: svc.metadata.name.clone().unwrap_or_default(),
+                    uid: None,
+                    cause: DeletionCause::ScaleDown,
+                });
+            }
+        }
+
+        let mut tallies: BTreeMap<ReplicaType, Tally> = BTreeMap::new();
+        let mut missing = Vec::new();
+        let mut retryable = Vec::new();
+        let mut permanent = Vec::new();
+        let mut in_place_restarts = 0i64;
+        let mut pending = false;
+        for (&rtype, replica) in &job.replicas {
+            let mut tally = Tally {
+                succeeded: self.completed(rtype),
+                ..Tally::default()
+            };
+            for index in 0..replica.replicas {
+                let pods = by_slot
+                    .get(&(rtype, index))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let Some(pod) = self.current_pod(pods) else {
+                    if !tally.succeeded.contains(&index) {
+                        missing.push((rtype, index));
+                    }
+                    continue;
+                };
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if self.restart_in_progress(pod) {
+                    // The deletion was recorded but the cache still shows the pod: ask again,
+                    // count nothing.
+                    self.plan
+                        .delete_pods
+                        .push(deletion(pod, DeletionCause::Restart));
+                    continue;
+                }
+                let verdict = if pod.metadata.deletion_timestamp.is_some() {
+                    terminating_verdict(&name)
+                } else {
+                    let ctx = self.context(job, rtype, index);
+                    input.policies.classify(&ctx, pod, input.now)?
+                };
+                for event in pod_problem_events(pod) {
+                    self.plan.events.push(event);
+                }
+                if replica.restart_policy == RestartPolicy::ExitCode && pod_phase(pod) == "Failed" {
+                    self.exited_with_code_event(pod);
+                }
+                if matches!(
+                    replica.restart_policy,
+                    RestartPolicy::OnFailure | RestartPolicy::Always
+                ) {
+                    in_place_restarts += i64::from(container_restarts(pod));
+                }
+                match verdict.phase {
+                    VerdictPhase::Running => tally.active += 1,
+                    VerdictPhase::Succeeded => {
+                        tally.succeeded.insert(index);
+                    }
+                    VerdictPhase::RetryableFailure
+                        if replica.restart_policy != RestartPolicy::Never =>
+                    {
+                        retryable.push(Judged {
+                            rtype,
+                            pod,
+                            verdict,
+                        });
+                    }
+                    VerdictPhase::RetryableFailure => {
+                        tally.failed += 1;
+                    }
+                    VerdictPhase::PermanentFailure => {
+                        tally.failed += 1;
+                        permanent.push(Judged {
+                            rtype,
+                            pod,
+                            verdict,
+                        });
+                    }
+                    _ => pending = true,
+                }
+            }
+            tallies.insert(rtype, tally);
+        }
+        for (rtype, tally) in &tallies {
+            let indexes: Vec<i32> = tally.succeeded.iter().copied().collect();
+            if !indexes.is_empty() {
+                self.status
+                    .completed_indexes
+                    .insert(rtype.as_str().to_owned(), indexes);
+            }
+        }
+        // Restart records of indexes that are no longer part of the spec are dropped.
+        let wanted: BTreeSet<String> = job
+            .replicas
+            .iter()
+            .flat_map(|(&t, r)| (0..r.replicas).map(move |i| object_name(&job.name, t, i)))
+            .collect();
+        self.status
+            .pod_restarts
+            .retain(|name, _| wanted.contains(name));
+
+        let outcome = self.decide(job, &mut tallies, &retryable, &permanent, in_place_restarts);
+        self.write_replica_statuses(job, &tallies);
+        if outcome == Outcome::Finished {
+            return Ok(());
+        }
+
+        for (rtype, index) in missing {
+            self.create_pod(job, rtype, index)?;
+        }
+        for (&rtype, replica) in &job.replicas {
+            for index in 0..replica.replicas {
+                if !existing_services.contains(&(rtype, index)) {
+                    self.plan
+                        .create_services
+                        .push(build_service(job, rtype, index));
+                }
+            }
+        }
+        if self.status.start_time.is_none() {
+            self.status.start_time = Some(Time(self.now()));
+        }
+        if let (Some(ads), Some(start)) = (
+            job.run_policy.active_deadline_seconds,
+            self.status.start_time.clone(),
+        ) {
+            let deadline = start.0 + jiff::SignedDuration::from_secs(ads);
+            self.requeue(until(self.now(), deadline));
+        }
+        if pending {
+            self.requeue(PENDING_RECHECK);
+        }
+        Ok(())
+    }
+
+    /// Picks the pod that represents a replica index: one not being deleted if there is one.
+    fn current_pod<'p>(&self, pods: &[&'p Pod]) -> Option<&'p Pod> {
+        pods.iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none() && !self.restart_in_progress(p))
+            .or_else(|| pods.first())
+            .copied()
+    }
+
+    fn restart_in_progress(&self, pod: &Pod) -> bool {
+        let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
+            return false;
+        };
+        self.status
+            .pod_restarts
+            .get(name)
+            .is_some_and(|r| &r.last_deleted_uid == uid)
+    }
+
+    fn exited_with_code_event(&mut self, pod: &Pod) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let code = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.name == tfjob_api::labels::DEFAULT_CONTAINER_NAME)
+            })
+            .and_then(|c| c.state.as_ref()?.terminated.as_ref())
+            .map(|t| t.exit_code);
+        if let Some(code) = code {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.event(
+                EventType::Normal,
+                "ExitedWithCode",
+                format!("Pod: {}.{name} exited with code {code}", self.namespace),
+                Some(format!("{uid}/ExitedWithCode")),
+            );
+        }
+    }
+
+    /// Success, failure, restarts and the Running condition, in that order.
+    fn decide(
+        &mut self,
+        job: &ValidJob,
+        tallies: &mut BTreeMap<ReplicaType, Tally>,
+        retryable: &[Judged<'_>],
+        permanent: &[Judged<'_>],
+        in_place_restarts: i64,
+    ) -> Outcome {
+        // Deliberate fix: success is evaluated first, so a job never has both outcomes.
+        if self.succeeded(job, tallies) {
+            let message = format!(
+                "TFJob {}/{} successfully completed.",
+                self.namespace, self.name
+            );
+            self.condition(
+                JobConditionType::Succeeded,
+                ConditionStatus::True,
+                "TFJobSucceeded",
+                &message,
+            );
+            self.status.completion_time.get_or_insert(Time(self.now()));
+            self.event(EventType::Normal, "TFJobSucceeded", message, None);
+            self.plan.transitions.push(Transition::Succeeded);
+            return Outcome::Finished;
+        }
+        let tolerated =
+            |rtype: ReplicaType| job.enable_dynamic_worker && rtype == ReplicaType::Worker;
+
+        if let Some(j) = permanent.iter().find(|j| !tolerated(j.rtype)) {
+            let base = match job.replicas[&j.rtype].restart_policy {
+                RestartPolicy::ExitCode => {
+                    format!(
+                        "job \"{}\" is failing because \"{}\" replica(s) failed.",
+                        self.name, j.rtype
+                    )
+                }
+                _ => format!(
+                    "TFJob {}/{} has failed because {} {} replica(s) failed.",
+                    self.namespace, self.name, tallies[&j.rtype].failed, j.rtype
+                ),
+            };
+            let message = format!("{base} {}", verdict_detail(j.pod, &j.verdict));
+            self.fail(&message);
+            return Outcome::Finished;
+        }
+
+        let restarts_done = i64::from(self.status.restart_count.unwrap_or(0)) + in_place_restarts;
+        if let Some(limit) = job.run_policy.backoff_limit.map(i64::from)
+            && (restarts_done > limit || (!retryable.is_empty() && restarts_done >= limit))
+        {
+            let message = format!(
+                "Job {} has failed because it has reached the specified backoff limit",
+                self.name
+            );
+            self.fail(&message);
+            self.free_resources(tallies);
+            return Outcome::Finished;
+        }
+        if let (Some(ads), Some(start)) = (
+            job.run_policy.active_deadline_seconds,
+            self.status.start_time.clone(),
+        ) && self.now() >= start.0 + jiff::SignedDuration::from_secs(ads)
+        {
+            let message = format!(
+                "Job {} has failed because it was active longer than specified deadline",
+                self.name
+            );
+            self.fail(&message);
+            self.free_resources(tallies);
+            return Outcome::Finished;
+        }
+
+        for j in retryable {
+            self.restart(j);
+        }
+        for (rtype, tally) in tallies.iter() {
+            if tally.failed > 0 && !tolerated(*rtype) {
+                let message = format!(
+                    "TFJob {}/{} has failed because {} {} replica(s) failed.",
+                    self.namespace, self.name, tally.failed, rtype
+                );
+                self.fail(&message);
+                return Outcome::Finished;
+            }
+        }
+        if retryable.is_empty() {
+            let running = if job.has_chief_or_master() {
+                tallies
+                    .iter()
+                    .any(|(t, tally)| t.is_chief_or_master() && tally.active > 0)
+            } else {
+                tallies
+                    .get(&ReplicaType::Worker)
+                    .is_some_and(|t| t.active > 0)
+            };
+            if running {
+                let message = format!("TFJob {}/{} is running.", self.namespace, self.name);
+                self.condition(
+                    JobConditionType::Running,
+                    ConditionStatus::True,
+                    "TFJobRunning",
+                    &message,
+                );
+            }
+        }
+        Outcome::Continue
+    }
+
+    fn succeeded(&self, job: &ValidJob, tallies: &BTreeMap<ReplicaType, Tally>) -> bool {
+        let all_done = |rtype: ReplicaType| {
+            let expected = job.replicas.get(&rtype).map_or(0, |r| r.replicas);
+            tallies
+                .get(&rtype)
+                .is_some_and(|t| t.succeeded.len() as i64 >= i64::from(expected))
+        };
+        if job.has_chief_or_master() {
+            [ReplicaType::Chief, ReplicaType::Master]
+                .into_iter()
+                .filter(|t| job.replicas.contains_key(t))
+                .all(all_done)
+        } else if job.replicas.contains_key(&ReplicaType::Worker) {
+            let worker0 = tallies
+                .get(&ReplicaType::Worker)
+                .is_some_and(|t| t.succeeded.contains(&0));
+            all_done(ReplicaType::Worker)
+                || (worker0 && job.success_policy != SuccessPolicy::AllWorkers)
+        } else {
+            false
+        }
+    }
+
+    fn fail(&mut self, message: &str) {
+        if self.condition(
+            JobConditionType::Failed,
+            ConditionStatus::True,
+            "TFJobFailed",
+            message,
+        ) {
+            self.status.completion_time.get_or_insert(Time(self.now()));
+            self.event(EventType::Warning, "TFJobFailed", message.to_owned(), None);
+            self.plan.transitions.push(Transition::Failed);
+        }
+    }
+
+    /// Deliberate fix: a job that failed on its backoff limit or deadline frees the resources of
+    /// its running and pending pods; finished pods stay for their logs (cleanPodPolicy decides).
+    fn free_resources(&mut self, tallies: &mut BTreeMap<ReplicaType, Tally>) {
+        for pod in self.input.pods {
+            let phase = pod_phase(pod);
+            if (phase == "Running" || phase == "Pending")
+                && pod.metadata.deletion_timestamp.is_none()
+            {
+                self.delete_pod_and_service(pod, DeletionCause::JobFailed);
+            }
+        }
+        for tally in tallies.values_mut() {
+            tally.active = 0;
+        }
+    }
+
+    fn restart(&mut self, j: &Judged<'_>) {
+        let name = j.pod.metadata.name.clone().unwrap_or_default();
+        let uid = j.pod.metadata.uid.clone().unwrap_or_default();
+        let record = self.status.pod_restarts.entry(name.clone()).or_default();
+        record.count += 1;
+        record.last_deleted_uid = uid.clone();
+        // In-place container restarts of the deleted pod stay counted against backoffLimit.
+        let total = self.status.restart_count.unwrap_or(0) + 1 + container_restarts(j.pod);
+        self.status.restart_count = Some(total);
+        self.plan
+            .delete_pods
+            .push(deletion(j.pod, DeletionCause::Restart));
+        let message = format!(
+            "job {} is restarting because {} replica(s) failed.",
+            self.name, j.rtype
+        );
+        self.condition(
+            JobConditionType::Restarting,
+            ConditionStatus::True,
+            "TFJobRestarting",
+            &message,
+        );
+        self.event(
+            EventType::Warning,
+            "TFJobRestarting",
+            format!("{message} {}", verdict_detail(j.pod, &j.verdict)),
+            Some(format!("{uid}/TFJobRestarting")),
+        );
+        self.plan.transitions.push(Transition::Restarted);
+    }
+
+    fn create_pod(
+        &mut self,
+        job: &ValidJob,
+        rtype: ReplicaType,
+        index: i32,
+    ) -> Result<(), PlanError> {
+        let base = build_pod(
+            job,
+            rtype,
+            index,
+            self.input.settings.cluster_domain.as_deref(),
+        );
+        let ctx = self.context(job, rtype, index);
+        let shaped = self.input.policies.shape_pod(&ctx, base)?;
+        for skipped in &shaped.skipped {
+            self.event(
+                EventType::Warning,
+                "PolicyIgnored",
+                format!(
+                    "{skipped}; pod {} created without it",
+                    object_name(&job.name, rtype, index)
+                ),
+                Some(format!(
+                    "{}/{}/{}",
+                    job.uid, skipped.policy, skipped.category
+                )),
+            );
+        }
+        let template_policy = job.replicas[&rtype]
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .is_some();
+        if template_policy {
+            self.event(
+                EventType::Warning,
+                "SetPodTemplateRestartPolicy",
+                "Restart policy in pod template will be overwritten by restart policy in replica spec".into(),
+                Some(format!("{}/{rtype}/SetPodTemplateRestartPolicy", job.uid)),
+            );
+        }
+        self.plan.create_pods.push(shaped.pod);
+        Ok(())
+    }
+
+    fn delete_pod_and_service(&mut self, pod: &Pod, cause: DeletionCause) {
+        self.plan.delete_pods.push(deletion(pod, cause));
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if self
+            .input
+            .services
+            .iter()
+            .any(|s| s.metadata.name.as_deref() == Some(&name))
+        {
+            self.plan.delete_services.push(Deletion {
+                name,
+                uid: None,
+                cause,
+            });
+        }
+    }
+
+    fn write_replica_statuses(&mut self, job: &ValidJob, tallies: &BTreeMap<ReplicaType, Tally>) {
+        let mut statuses = BTreeMap::new();
+        for (rtype, tally) in tallies {
+            let (label_selector, selector) = replica_selector(&job.name, *rtype);
+            statuses.insert(
+                rtype.as_str().to_owned(),
+                ReplicaStatus {
+                    active: tally.active,
+                    succeeded: tally.succeeded.len() as i32,
+                    failed: tally.failed,
+                    label_selector: Some(label_selector),
+                    selector: Some(selector),
+                },
+            );
+        }
+        self.status.replica_statuses = statuses;
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Finished,
+    Continue,
+}
+
+fn in_spec(job: &ValidJob, rtype: ReplicaType, index: i32) -> bool {
+    job.replicas
+        .get(&rtype)
+        .is_some_and(|r| index >= 0 && index < r.replicas)
+}
+
+fn deletion(pod: &Pod, cause: DeletionCause) -> Deletion {
+    Deletion {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone(),
+        cause,
+    }
+}
+
+fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+fn container_restarts(pod: &Pod) -> i32 {
+    pod.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .map(|c| c.restart_count)
+        .sum()
+}
+
+/// A pod someone else is deleting (node drained, manual delete): it will not finish its work.
+fn terminating_verdict(name: &str) -> Verdict {
+    Verdict {
+        phase: VerdictPhase::RetryableFailure,
+        reason: "Terminating".into(),
+        message: format!("pod {name} is being deleted"),
+        kind: Some(crate::policy::FailureKind::System),
+        occurred_at: None,
+        policy: crate::native::NATIVE_POLICY_NAME.into(),
+    }
+}
+
+/// `Pod <name>: <reason> (policy <policy>): <message>`, the part of a condition or event that
+/// says which pod failed and who decided.
+fn verdict_detail(pod: &Pod, verdict: &Verdict) -> String {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let mut message = verdict.message.replace("\r\n", " ");
+    if message.len() > MAX_DETAIL {
+        let mut cut = MAX_DETAIL;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    format!(
+        "Pod {name}: {} (policy {}): {}",
+        verdict.reason,
+        verdict.policy,
+        message.trim()
+    )
+}
+
+fn until(now: Timestamp, then: Timestamp) -> Duration {
+    Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
+}

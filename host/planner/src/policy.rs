@@ -1,0 +1,184 @@
+//! The policy seam: the pod-level decisions the planner delegates.
+//!
+//! The planner builds the base pod exactly as training-operator would, then hands it to
+//! [`PodPolicies::shape_pod`] (decoration, resource overrides and the mutation guard, in that
+//! order) and asks [`PodPolicies::classify`] for a [`Verdict`] on every observed pod. Both calls
+//! are synchronous and may block (a Wasm engine runs guests inside them), so callers run the
+//! planner off the async executor. The built-in [`crate::native::NativePolicies`] implements the
+//! default behaviour in Rust; the Wasm engine implements the same trait.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+use tfjob_api::ReplicaType;
+
+/// What a policy knows about the pod's job and replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodContext {
+    pub job_name: String,
+    pub namespace: String,
+    pub job_uid: String,
+    pub job_labels: BTreeMap<String, String>,
+    pub job_annotations: BTreeMap<String, String>,
+    /// Replica type as spelled in `tfReplicaSpecs` (`Worker`, `PS`, ...).
+    pub replica_type: String,
+    pub replica_index: i32,
+    /// Number of replicas of this type.
+    pub replica_count: i32,
+    /// How many times this replica index has been restarted by the operator (0 on first run).
+    pub attempt: i32,
+}
+
+impl PodContext {
+    /// The replica type as an enum (the context carries it as text for policies).
+    pub fn replica_type(&self) -> Option<ReplicaType> {
+        ReplicaType::parse_loose(&self.replica_type)
+    }
+}
+
+/// A classification's phase, from waiting in the queue to a final outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictPhase {
+    Undefined,
+    Queued,
+    WaitingForResources,
+    Initializing,
+    Running,
+    Succeeded,
+    RetryableFailure,
+    PermanentFailure,
+}
+
+impl VerdictPhase {
+    /// A failure the operator must act on.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            VerdictPhase::RetryableFailure | VerdictPhase::PermanentFailure
+        )
+    }
+
+    /// Still on the way to running.
+    pub fn is_pending(self) -> bool {
+        matches!(
+            self,
+            VerdictPhase::Undefined
+                | VerdictPhase::Queued
+                | VerdictPhase::WaitingForResources
+                | VerdictPhase::Initializing
+        )
+    }
+}
+
+/// Whose fault a failure is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    User,
+    System,
+}
+
+/// A classification of one pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub phase: VerdictPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Set on failures only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<FailureKind>,
+    /// When the deciding condition started, if known.
+    #[serde(
+        rename = "occurredAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub occurred_at: Option<Timestamp>,
+    /// The policy that decided, as `name` or `name@digest`; not part of the policy's output.
+    #[serde(skip)]
+    pub policy: String,
+}
+
+impl Verdict {
+    /// A verdict with no reason or message.
+    pub fn bare(phase: VerdictPhase) -> Verdict {
+        Verdict {
+            phase,
+            reason: String::new(),
+            message: String::new(),
+            kind: None,
+            occurred_at: None,
+            policy: String::new(),
+        }
+    }
+}
+
+/// A pod after the policies shaped it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShapedPod {
+    pub pod: Pod,
+    /// Policies that were applied, as `name@short-digest` (recorded on the pod).
+    pub applied: Vec<String>,
+    /// Policies that failed and were skipped under failure policy `Ignore`.
+    pub skipped: Vec<PolicyError>,
+}
+
+/// Low-cardinality failure categories, used in events and metric labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyErrorCategory {
+    Trap,
+    Timeout,
+    Memory,
+    InvalidOutput,
+    GuardViolation,
+    Link,
+    Settings,
+}
+
+impl PolicyErrorCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyErrorCategory::Trap => "trap",
+            PolicyErrorCategory::Timeout => "timeout",
+            PolicyErrorCategory::Memory => "memory",
+            PolicyErrorCategory::InvalidOutput => "invalid-output",
+            PolicyErrorCategory::GuardViolation => "guard-violation",
+            PolicyErrorCategory::Link => "link",
+            PolicyErrorCategory::Settings => "settings",
+        }
+    }
+}
+
+impl fmt::Display for PolicyErrorCategory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy that could not decide.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("policy {policy} failed ({category}): {message}")]
+pub struct PolicyError {
+    pub policy: String,
+    pub category: PolicyErrorCategory,
+    pub message: String,
+}
+
+/// The pod-level decisions the planner delegates. Implementations must be deterministic for the
+/// same inputs and must not panic; a failing policy is an error, never a crash.
+pub trait PodPolicies: Send + Sync {
+    /// Decorates the freshly built pod, overrides its containers' resources and checks that
+    /// only allowed fields changed.
+    fn shape_pod(&self, ctx: &PodContext, pod: Pod) -> Result<ShapedPod, PolicyError>;
+
+    /// Classifies an observed pod (with status) at time `now`.
+    fn classify(&self, ctx: &PodContext, pod: &Pod, now: Timestamp)
+    -> Result<Verdict, PolicyError>;
+}
