@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tfjob_api::validation::{ValidJob, ValidationErrors, managed_elsewhere, validate};
 use tfjob_api::{
-    CleanPodPolicy, ConditionStatus, JobConditionType, PodRestarts, ReplicaStatus, ReplicaType,
-    RestartPolicy, SuccessPolicy, TFJob, TFJobStatus,
+    CleanPodPolicy, ConditionStatus, JobConditionType, ReplicaStatus, ReplicaType, RestartPolicy,
+    SuccessPolicy, TFJob, TFJobStatus,
 };
 
 use crate::conditions::set_condition;
