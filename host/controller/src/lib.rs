@@ -1,1 +1,152 @@
-//! placeholder
+//! Kubernetes IO of the TFJob operator.
+//!
+//! A kube-runtime `Controller` on TFJobs that owns Pods and Services: shared reflector caches
+//! feed both the controller's triggers and the planner's view of each job's objects; every
+//! reconcile runs the pure planner ([`tfjob_planner`]) and executes its plan ([`execute`]).
+//! Also the Prometheus metrics and the health endpoint. The operator does not know whether it
+//! talks to a real cluster or to the embedded one; it only needs a `kube::Client`.
+
+pub mod context;
+pub mod error;
+pub mod execute;
+pub mod http;
+pub mod metrics;
+pub mod reconcile;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Client;
+use kube::api::Api;
+use kube::core::error_boundary::DeserializeGuard;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use prometheus_client::registry::Registry;
+use tfjob_api::TFJob;
+use tfjob_api::labels::{CONTROLLER_NAME, OPERATOR_NAME, OPERATOR_NAME_VALUE};
+use tfjob_planner::{PodPolicies, Settings};
+
+pub use context::Context;
+pub use error::Error;
+
+/// How the controller runs.
+pub struct Config {
+    /// Watch one namespace, or all.
+    pub namespace: Option<String>,
+    /// Concurrent reconciles.
+    pub threads: u16,
+    /// Address of `/metrics`, `/healthz`, `/readyz`; `None` serves nothing.
+    pub metrics_addr: Option<SocketAddr>,
+    pub settings: Settings,
+    pub policies: Arc<dyn PodPolicies>,
+    /// Name of this operator instance in events (e.g. the pod name).
+    pub instance: Option<String>,
+}
+
+/// Runs the controller until `shutdown` resolves, then finishes the reconciles in flight.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> std::io::Result<()> {
+    let (jobs, pods, services): (Api<DeserializeGuard<TFJob>>, Api<Pod>, Api<Service>) =
+        match &config.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            ),
+        };
+    let owned =
+        watcher::Config::default().labels(&format!("{OPERATOR_NAME}={OPERATOR_NAME_VALUE}"));
+
+    let (pod_store, pod_writer) = reflector::store();
+    let pod_stream = reflector(pod_writer, watcher(pods, owned.clone()))
+        .default_backoff()
+        .touched_objects();
+    let (service_store, service_writer) = reflector::store();
+    let service_stream = reflector(service_writer, watcher(services, owned))
+        .default_backoff()
+        .touched_objects();
+
+    let mut registry = Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.into(),
+        instance: config.instance.clone(),
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        pod_store.clone(),
+        service_store.clone(),
+        Recorder::new(client, reporter),
+        metrics,
+        config.settings,
+        config.policies,
+    ));
+
+    let shutdown = shutdown.shared();
+    let server = match config.metrics_addr {
+        Some(addr) => {
+            let endpoint = http::Endpoint {
+                registry: Arc::new(registry),
+                ready: Arc::clone(&ready),
+            };
+            let listener_shutdown = shutdown.clone();
+            Some(tokio::spawn(http::serve(addr, endpoint, listener_shutdown)))
+        }
+        None => None,
+    };
+
+    let controller = Controller::new(jobs, watcher::Config::default().any_semantic())
+        .owns_stream(pod_stream)
+        .owns_stream(service_stream)
+        .with_config(ControllerConfig::default().concurrency(config.threads))
+        .graceful_shutdown_on(shutdown.clone());
+    let job_store = controller.store();
+    // Readiness: all three caches have been filled once.
+    {
+        let ready = Arc::clone(&ready);
+        let (p, s, j) = (pod_store, service_store, job_store);
+        tokio::spawn(async move {
+            let _ = tokio::join!(
+                p.wait_until_ready(),
+                s.wait_until_ready(),
+                j.wait_until_ready()
+            );
+            ready.store(true, Ordering::Release);
+            tracing::info!("caches synced; reconciling");
+        });
+    }
+    tracing::info!(
+        namespace = config.namespace.as_deref().unwrap_or("<all>"),
+        threads = config.threads,
+        "starting TFJob controller"
+    );
+    controller
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    tracing::info!("controller stopped");
+    if let Some(server) = server {
+        match server.await {
+            Ok(result) => result?,
+            Err(e) => tracing::warn!(error = %e, "metrics server task failed"),
+        }
+    }
+    Ok(())
+}

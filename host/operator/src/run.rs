@@ -1,3 +1,85 @@
-pub fn main(_args: crate::cli::RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+//! `tfjob-operator run`: connect to the cluster and run the controller until SIGTERM or SIGINT.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tfjob_planner::Settings;
+use tfjob_planner::native::NativePolicies;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::RunArgs;
+
+pub fn main(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = client(&args).await?;
+    let config = tfjob_controller::Config {
+        namespace: args.namespace.clone(),
+        threads: args.threads,
+        metrics_addr: Some(args.metrics_addr),
+        settings: Settings {
+            cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
+        },
+        policies: Arc::new(NativePolicies::default()),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    tfjob_controller::run(client, config, shutdown_signal())
+        .await
+        .context("running the controller")
+}
+
+/// The kubeconfig given by flag or `$KUBECONFIG`, else the usual inference
+/// (`~/.kube/config`, then in-cluster service account).
+async fn client(args: &RunArgs) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster")?,
+    };
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutdown requested; finishing reconciles in flight");
+}
+
+fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -1,0 +1,160 @@
+//! Shared state of the reconcile loop: API client, caches of owned pods and services, event
+//! recorder, metrics, policies, and the per-job error backoff.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::Client;
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use kube::runtime::reflector::Store;
+use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
+
+use crate::metrics::Metrics;
+
+/// First delay after a failed reconcile; doubled per consecutive failure.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// Longest delay between retries of a failing job.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(360);
+/// Once-keys remembered before the set is cleared (bounds memory on long runs).
+const MAX_ONCE_KEYS: usize = 100_000;
+
+/// Everything a reconcile needs.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub services: Store<Service>,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub settings: Settings,
+    pub policies: Arc<dyn PodPolicies>,
+    failures: Mutex<HashMap<(String, String), u32>>,
+    published_once: Mutex<HashSet<String>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        services: Store<Service>,
+        recorder: Recorder,
+        metrics: Metrics,
+        settings: Settings,
+        policies: Arc<dyn PodPolicies>,
+    ) -> Context {
+        Context {
+            client,
+            pods,
+            services,
+            recorder,
+            metrics,
+            settings,
+            policies,
+            failures: Mutex::default(),
+            published_once: Mutex::default(),
+        }
+    }
+
+    /// Pods whose controller owner is the job with `uid`.
+    pub fn pods_of(&self, uid: &str) -> Vec<Pod> {
+        owned(&self.pods, uid, |p: &Pod| &p.metadata)
+    }
+
+    /// Services whose controller owner is the job with `uid`.
+    pub fn services_of(&self, uid: &str) -> Vec<Service> {
+        owned(&self.services, uid, |s: &Service| &s.metadata)
+    }
+
+    /// Publishes an event on the job, once per once-key. Event failures are logged, never fatal:
+    /// an event is information, not state.
+    pub async fn publish(&self, regarding: &ObjectReference, event: &JobEvent) {
+        if let Some(key) = &event.once_key {
+            let mut seen = self.published_once.lock().expect("once-key lock");
+            if seen.len() >= MAX_ONCE_KEYS {
+                seen.clear();
+            }
+            if !seen.insert(key.clone()) {
+                return;
+            }
+        }
+        let kube_event = Event {
+            type_: match event.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: event.reason.clone(),
+            note: Some(truncate(&event.message, 1024)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&kube_event, regarding).await {
+            tracing::warn!(reason = %event.reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// The delay before retrying a job whose reconcile failed, doubling from 10 s to 360 s.
+    pub fn next_backoff(&self, key: (String, String)) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff lock");
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        backoff_for(*n)
+    }
+
+    /// Forgets a job's failures after a successful reconcile.
+    pub fn reset_backoff(&self, key: &(String, String)) {
+        self.failures.lock().expect("backoff lock").remove(key);
+    }
+}
+
+/// Exponential backoff: 10 s, 20 s, 40 s, ... capped at 360 s.
+pub fn backoff_for(consecutive_failures: u32) -> Duration {
+    let exp = consecutive_failures.saturating_sub(1).min(16);
+    BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
+}
+
+fn owned<K>(
+    store: &Store<K>,
+    uid: &str,
+    meta: impl Fn(&K) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Vec<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            meta(o)
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.controller == Some(true) && r.uid == uid)
+        })
+        .map(|o| (**o).clone())
+        .collect()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_to_six_minutes() {
+        let secs: Vec<u64> = (1..=8).map(|n| backoff_for(n).as_secs()).collect();
+        assert_eq!(secs, vec![10, 20, 40, 80, 160, 320, 360, 360]);
+        assert_eq!(backoff_for(u32::MAX), BACKOFF_MAX);
+    }
+}

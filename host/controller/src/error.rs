@@ -1,0 +1,39 @@
+//! The controller's error type, with a low-cardinality category for events and metrics.
+
+use tfjob_planner::PlanError;
+
+/// Why a reconcile failed. Every variant is retried with the per-job backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed (network, server error, forbidden, ...).
+    #[error("{action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A policy with failure policy `Fail` could not decide.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The planner task did not finish (it panicked or was cancelled).
+    #[error("planner task failed: {0}")]
+    PlannerTask(String),
+}
+
+impl Error {
+    /// Metric label and event wording: `api`, `policy` or `internal`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "api",
+            Error::Plan(_) => "policy",
+            Error::PlannerTask(_) => "internal",
+        }
+    }
+
+    pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Error {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+}

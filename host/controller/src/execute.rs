@@ -1,0 +1,235 @@
+//! Carrying out a [`Plan`] against the API, in the order that keeps it idempotent:
+//! status first (optimistic concurrency on the job's resourceVersion, so a stale job cache
+//! conflicts instead of counting a restart twice), then deletions (with uid preconditions), then
+//! creations (AlreadyExists is success), then events, then the TTL deletion of the job.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tfjob_api::TFJob;
+use tfjob_planner::{Deletion, EventType, JobEvent, Plan};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// How soon a job is looked at again after its status write lost an optimistic-concurrency race.
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(500);
+
+/// What executing a plan led to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Executed {
+    /// Everything was applied.
+    Done,
+    /// The status write conflicted; nothing else was done.
+    Conflict,
+}
+
+/// The object reference events about `job` point at.
+pub fn job_reference(job: &TFJob) -> ObjectReference {
+    job.object_ref(&())
+}
+
+/// Applies `plan` for `job`.
+pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed, Error> {
+    let name = job.name_any();
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let reference = job_reference(job);
+
+    if let Some(status) = plan.status {
+        let jobs: Api<TFJob> = Api::namespaced(ctx.client.clone(), &namespace);
+        let mut updated = job.clone();
+        updated.status = Some(status);
+        match jobs
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_conflict() => return Ok(Executed::Conflict),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Executed::Done),
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("updating status of TFJob {namespace}/{name}"),
+                    e,
+                ));
+            }
+        }
+    }
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut first_error = None;
+
+    let results = join_all(plan.delete_pods.iter().map(|d| delete(&pods, d))).await;
+    for (d, result) in plan.delete_pods.iter().zip(results) {
+        report(
+            ctx,
+            &reference,
+            "Pod",
+            "pod",
+            Verb::Delete,
+            &d.name,
+            result,
+            &mut first_error,
+        )
+        .await;
+    }
+    let results = join_all(plan.delete_services.iter().map(|d| delete(&services, d))).await;
+    for (d, result) in plan.delete_services.iter().zip(results) {
+        report(
+            ctx,
+            &reference,
+            "Service",
+            "service",
+            Verb::Delete,
+            &d.name,
+            result,
+            &mut first_error,
+        )
+        .await;
+    }
+    let results = join_all(plan.create_services.iter().map(|s| create(&services, s))).await;
+    for (s, result) in plan.create_services.iter().zip(results) {
+        report(
+            ctx,
+            &reference,
+            "Service",
+            "service",
+            Verb::Create,
+            &s.name_any(),
+            result,
+            &mut first_error,
+        )
+        .await;
+    }
+    let results = join_all(plan.create_pods.iter().map(|p| create(&pods, p))).await;
+    for (p, result) in plan.create_pods.iter().zip(results) {
+        report(
+            ctx,
+            &reference,
+            "Pod",
+            "pod",
+            Verb::Create,
+            &p.name_any(),
+            result,
+            &mut first_error,
+        )
+        .await;
+    }
+
+    for event in &plan.events {
+        ctx.publish(&reference, event).await;
+    }
+    for transition in &plan.transitions {
+        ctx.metrics.transition(&namespace, *transition);
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if plan.delete_job {
+        let jobs: Api<TFJob> = Api::namespaced(ctx.client.clone(), &namespace);
+        match jobs.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(Error::kube(format!("deleting TFJob {namespace}/{name}"), e)),
+        }
+    }
+    Ok(Executed::Done)
+}
+
+#[derive(Clone, Copy)]
+enum Verb {
+    Create,
+    Delete,
+}
+
+/// `Ok(true)`: done; `Ok(false)`: nothing to do (already there / already gone).
+async fn create<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+async fn delete<K>(api: &Api<K>, d: &Deletion) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: d.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&d.name, &params).await {
+        Ok(_) => Ok(true),
+        // Gone already, or replaced by a newer incarnation the precondition protects.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Publishes the upstream-compatible event for one create/delete and keeps the first error.
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    ctx: &Context,
+    reference: &ObjectReference,
+    kind: &str,
+    noun: &str,
+    verb: Verb,
+    name: &str,
+    result: Result<bool, kube::Error>,
+    first_error: &mut Option<Error>,
+) {
+    let (reason, message, type_) = match (verb, &result) {
+        (_, Ok(false)) => return,
+        (Verb::Create, Ok(true)) => (
+            format!("SuccessfulCreate{kind}"),
+            format!("Created {noun}: {name}"),
+            EventType::Normal,
+        ),
+        (Verb::Delete, Ok(true)) => (
+            format!("SuccessfulDelete{kind}"),
+            format!("Deleted {noun}: {name}"),
+            EventType::Normal,
+        ),
+        (Verb::Create, Err(e)) => (
+            format!("FailedCreate{kind}"),
+            format!("Error creating: {e}"),
+            EventType::Warning,
+        ),
+        (Verb::Delete, Err(e)) => (
+            format!("FailedDelete{kind}"),
+            format!("Error deleting: {e}"),
+            EventType::Warning,
+        ),
+    };
+    ctx.publish(
+        reference,
+        &JobEvent {
+            type_,
+            reason,
+            message,
+            once_key: None,
+        },
+    )
+    .await;
+    if let Err(e) = result
+        && first_error.is_none()
+    {
+        let action = match verb {
+            Verb::Create => format!("creating {noun} {name}"),
+            Verb::Delete => format!("deleting {noun} {name}"),
+        };
+        *first_error = Some(Error::kube(action, e));
+    }
+}

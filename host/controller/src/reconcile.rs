@@ -1,0 +1,144 @@
+//! One reconcile: read the job's owned pods and services from the caches, run the pure planner
+//! off the async worker threads, execute the plan; and the error policy with per-job backoff.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::core::error_boundary::{DeserializeGuard, InvalidObject};
+use kube::runtime::controller::Action;
+use tfjob_api::TFJob;
+use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::execute::{CONFLICT_RETRY, Executed, execute, job_reference};
+
+/// Reconciles one TFJob (or reports one that cannot be read).
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<TFJob>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconcile_started();
+    let result = match &guard.0 {
+        Ok(job) => reconcile_job(job, &ctx).await,
+        Err(invalid) => {
+            report_invalid(invalid, &ctx).await;
+            Ok(Action::await_change())
+        }
+    };
+    ctx.metrics.reconcile_finished(started.elapsed());
+    result
+}
+
+async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error> {
+    let key = job_key(job);
+    let uid = job.uid().unwrap_or_default();
+    let pods = ctx.pods_of(&uid);
+    let services = ctx.services_of(&uid);
+    let now = jiff::Timestamp::now();
+
+    // Policies may block (a Wasm guest runs inside them), so the planner runs on the blocking
+    // pool, never on the executor's worker threads.
+    let planned = {
+        let ctx = Arc::clone(ctx);
+        let job = job.clone();
+        tokio::task::spawn_blocking(move || {
+            plan(&PlanInput {
+                job: &job,
+                pods: &pods,
+                services: &services,
+                now,
+                settings: &ctx.settings,
+                policies: ctx.policies.as_ref(),
+            })
+        })
+        .await
+        .map_err(|e| Error::PlannerTask(e.to_string()))?
+    };
+    let plan = match planned {
+        Ok(p) => p,
+        Err(e) => {
+            let event = JobEvent {
+                type_: EventType::Warning,
+                reason: "PolicyFailed".into(),
+                message: format!("{e}; will retry"),
+                once_key: None,
+            };
+            ctx.publish(&job_reference(job), &event).await;
+            return Err(e.into());
+        }
+    };
+    if let Some(skip) = &plan.skip {
+        tracing::debug!(job = %key.1, namespace = %key.0, ?skip, "not reconciling");
+        return Ok(Action::await_change());
+    }
+    let requeue = plan.requeue_after;
+    match execute(ctx, job, plan).await? {
+        Executed::Conflict => {
+            tracing::debug!(job = %key.1, namespace = %key.0, "status conflict, retrying");
+            Ok(Action::requeue(CONFLICT_RETRY))
+        }
+        Executed::Done => {
+            ctx.reset_backoff(&key);
+            Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+        }
+    }
+}
+
+/// Error policy: log, count by category and retry the job with exponential backoff.
+pub fn error_policy(
+    guard: Arc<DeserializeGuard<TFJob>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.metrics.reconcile_failed(error.category());
+    let key = match &guard.0 {
+        Ok(job) => job_key(job),
+        Err(invalid) => (
+            invalid.metadata.namespace.clone().unwrap_or_default(),
+            invalid.metadata.name.clone().unwrap_or_default(),
+        ),
+    };
+    let delay = ctx.next_backoff(key.clone());
+    tracing::warn!(namespace = %key.0, job = %key.1, category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// An object that does not deserialise is reported once per resourceVersion and skipped; the
+/// watch and every other job go on.
+async fn report_invalid(invalid: &InvalidObject, ctx: &Context) {
+    let meta = &invalid.metadata;
+    tracing::warn!(
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        job = meta.name.as_deref().unwrap_or_default(),
+        error = %invalid.error,
+        "TFJob cannot be read; skipping it until it changes"
+    );
+    let reference = ObjectReference {
+        api_version: Some("kubeflow.org/v1".into()),
+        kind: Some("TFJob".into()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..ObjectReference::default()
+    };
+    let event = JobEvent {
+        type_: EventType::Warning,
+        reason: "InvalidTFJob".into(),
+        message: format!("TFJob cannot be read: {}", invalid.error),
+        once_key: Some(format!(
+            "{}/{}/InvalidTFJob",
+            meta.uid.as_deref().unwrap_or_default(),
+            meta.resource_version.as_deref().unwrap_or_default()
+        )),
+    };
+    ctx.publish(&reference, &event).await;
+}
+
+fn job_key(job: &TFJob) -> (String, String) {
+    (job.namespace().unwrap_or_default(), job.name_any())
+}
