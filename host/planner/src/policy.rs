@@ -40,48 +40,7 @@ impl PodContext {
     }
 }
 
-/// A classification's phase, from waiting in the queue to a final outcome.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum VerdictPhase {
-    Undefined,
-    Queued,
-    WaitingForResources,
-    Initializing,
-    Running,
-    Succeeded,
-    RetryableFailure,
-    PermanentFailure,
-}
-
-impl VerdictPhase {
-    /// A failure the operator must act on.
-    pub fn is_failure(self) -> bool {
-        matches!(
-            self,
-            VerdictPhase::RetryableFailure | VerdictPhase::PermanentFailure
-        )
-    }
-
-    /// Still on the way to running.
-    pub fn is_pending(self) -> bool {
-        matches!(
-            self,
-            VerdictPhase::Undefined
-                | VerdictPhase::Queued
-                | VerdictPhase::WaitingForResources
-                | VerdictPhase::Initializing
-        )
-    }
-}
-
-/// Whose fault a failure is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailureKind {
-    User,
-    System,
-}
+pub use tfjob_policy_logic::verdict::{FailureKind, Phase as VerdictPhase};
 
 /// A classification of one pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +66,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Attributes a classification to the policy that made it.
+    pub fn decided_by(c: tfjob_policy_logic::verdict::Classification, policy: &str) -> Verdict {
+        Verdict {
+            phase: c.phase,
+            reason: c.reason,
+            message: c.message,
+            kind: c.kind,
+            occurred_at: c.occurred_at,
+            policy: policy.to_owned(),
+        }
+    }
+
     /// A verdict with no reason or message.
     pub fn bare(phase: VerdictPhase) -> Verdict {
         Verdict {

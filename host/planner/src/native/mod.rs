@@ -3,9 +3,7 @@
 //! They serve as the operator's policies until the Wasm engine provides its own, and later as the
 //! reference the Wasm default policies are benchmarked and cross-checked against.
 
-mod classify;
-
-pub use classify::{ClassifySettings, classify_pod};
+pub use tfjob_policy_logic::classify::{ClassifySettings, classify_pod};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -36,8 +34,9 @@ impl PodPolicies for NativePolicies {
         pod: &Pod,
         now: Timestamp,
     ) -> Result<Verdict, PolicyError> {
-        let mut verdict = classify_pod(&self.classify, pod, now);
-        verdict.policy = NATIVE_POLICY_NAME.to_owned();
-        Ok(verdict)
+        Ok(Verdict::decided_by(
+            classify_pod(&self.classify, pod, now),
+            NATIVE_POLICY_NAME,
+        ))
     }
 }

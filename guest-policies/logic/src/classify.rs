@@ -8,11 +8,10 @@
 
 use std::time::Duration;
 
+use crate::DEFAULT_CONTAINER_NAME;
+use crate::verdict::{Classification as Verdict, FailureKind, Phase as VerdictPhase};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod, PodCondition};
-use tfjob_api::labels::DEFAULT_CONTAINER_NAME;
-
-use crate::policy::{FailureKind, Verdict, VerdictPhase};
 
 /// Knobs of the classification; the defaults match the default policy's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +98,6 @@ fn demystify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> 
                 message,
                 kind: None,
                 occurred_at: at,
-                policy: String::new(),
             };
         }
         if c.type_ != "Ready" && c.type_ != "ContainersReady" {
@@ -122,7 +120,6 @@ fn demystify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> 
             message: text.clone(),
             kind: None,
             occurred_at: at,
-            policy: String::new(),
         };
         let graced = |grace: Duration, phase: VerdictPhase| {
             if past(grace) {
@@ -278,7 +275,6 @@ fn failure(
         message,
         kind: Some(kind),
         occurred_at,
-        policy: String::new(),
     }
 }
 
@@ -313,7 +309,7 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
 
 /// Formats a duration the way Go's `time.Duration.String` does for whole seconds (`3m0s`,
 /// `1h2m3s`, `0s`), so messages match what Flyte users know.
-pub(crate) fn go_duration(d: Duration) -> String {
+pub fn go_duration(d: Duration) -> String {
     let total = d.as_secs();
     let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
     match (h, m) {

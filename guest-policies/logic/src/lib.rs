@@ -1,0 +1,11 @@
+//! The default policies' decisions as pure, synchronous Rust over k8s-openapi types.
+//!
+//! The same code is compiled into the Wasm default policies (`guest-policies/*`) and linked
+//! natively into the operator as the reference implementation the Wasm path is tested and
+//! benchmarked against. Nothing here does IO or reads a clock: time comes in as an argument.
+
+pub mod classify;
+pub mod verdict;
+
+/// The replica container whose exit code decides `ExitCode` restarts.
+pub const DEFAULT_CONTAINER_NAME: &str = "tensorflow";
