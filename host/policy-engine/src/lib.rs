@@ -1,1 +1,23 @@
-//! placeholder
+//! The sandboxed WebAssembly policy engine.
+//!
+//! Policies are components implementing `wit/policy.wit`. The [`engine::PolicyEngine`] compiles
+//! each once per digest and runs every call in a fresh store with a deadline, a memory cap and
+//! input/output size caps, with no ambient authority. The [`guard`] checks decorated pods, the
+//! [`registry`] holds the active policies as an atomically swappable snapshot, and
+//! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam.
+
+pub mod bindings;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod guard;
+mod sandbox;
+
+pub use config::SandboxLimits;
+pub use engine::{CompiledPolicy, Hook, PolicyEngine};
+pub use error::{Category, EngineSetupError, EvalError};
+pub mod policies;
+pub mod registry;
+
+pub use policies::{APPLIED_ANNOTATION, WasmPolicies};
+pub use registry::{ActivePolicy, FailurePolicy, PolicyManifest, PolicySet, Registry, activate};

@@ -1,0 +1,472 @@
+//! The wasmtime plumbing: one shared `Engine`, components compiled once per content digest and
+//! kept as `InstancePre`, and a fresh `Store` per evaluation with an epoch deadline and a memory
+//! cap. Every failure becomes an [`EvalError`] with a category; nothing here panics on guest
+//! behaviour or blocks past the deadline.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+use crate::bindings::{self, classify, decorate, resources, settings};
+use crate::config::{EPOCH_TICK, SandboxLimits};
+use crate::error::{Category, EngineSetupError, EvalError};
+use crate::sandbox::Sandbox;
+
+/// A policy hook.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Hook {
+    Decorate,
+    Resources,
+    Classify,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 3] = [Hook::Decorate, Hook::Resources, Hook::Classify];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Decorate => "decorate",
+            Hook::Resources => "resources",
+            Hook::Classify => "classify",
+        }
+    }
+
+    /// The WIT interface a component exports for this hook.
+    pub fn interface(self) -> &'static str {
+        match self {
+            Hook::Decorate => "tfjob:policy/decorate@0.1.0",
+            Hook::Resources => "tfjob:policy/resources@0.1.0",
+            Hook::Classify => "tfjob:policy/classify@0.1.0",
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Hook {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Hook, String> {
+        Hook::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| format!("unknown hook {s:?}: expected decorate, resources or classify"))
+    }
+}
+
+/// A compiled, linked policy component.
+pub struct CompiledPolicy {
+    /// Lower-case hex sha256 of the module bytes.
+    pub digest: String,
+    pub size: usize,
+    /// Component imports, e.g. `wasi:cli/environment@0.2.x`.
+    pub imports: Vec<String>,
+    /// Component exports, e.g. `tfjob:policy/decorate@0.1.0`.
+    pub exports: Vec<String>,
+    pre: InstancePre<Sandbox>,
+    decorate: Option<decorate::GuestIndices>,
+    resources: Option<resources::GuestIndices>,
+    classify: Option<classify::GuestIndices>,
+    settings: Option<settings::GuestIndices>,
+}
+
+impl CompiledPolicy {
+    /// The first 12 hex digits of the digest, as recorded on pods.
+    pub fn short_digest(&self) -> &str {
+        &self.digest[..12]
+    }
+
+    /// The hooks the component exports.
+    pub fn hooks(&self) -> Vec<Hook> {
+        let mut hooks = Vec::new();
+        if self.decorate.is_some() {
+            hooks.push(Hook::Decorate);
+        }
+        if self.resources.is_some() {
+            hooks.push(Hook::Resources);
+        }
+        if self.classify.is_some() {
+            hooks.push(Hook::Classify);
+        }
+        hooks
+    }
+
+    /// Whether it exports `validate-settings`.
+    pub fn validates_settings(&self) -> bool {
+        self.settings.is_some()
+    }
+}
+
+impl fmt::Debug for CompiledPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledPolicy")
+            .field("digest", &self.digest)
+            .field("size", &self.size)
+            .field("hooks", &self.hooks())
+            .finish()
+    }
+}
+
+/// The shared Wasm engine.
+pub struct PolicyEngine {
+    engine: Engine,
+    linker: Linker<Sandbox>,
+    limits: SandboxLimits,
+    compiled: Mutex<HashMap<String, Arc<CompiledPolicy>>>,
+    stop: Arc<AtomicBool>,
+    ticker: Option<JoinHandle<()>>,
+}
+
+impl PolicyEngine {
+    /// Builds the engine: epoch interruption with a background ticker, the pooling allocator
+    /// sized for `limits.concurrency` evaluations (falling back to on-demand allocation where
+    /// the machine cannot reserve the pool), and a linker with WASI (no ambient authority) and
+    /// the `log` import.
+    pub fn new(limits: SandboxLimits) -> Result<PolicyEngine, EngineSetupError> {
+        let engine = match Engine::new(&engine_config(&limits, true)) {
+            Ok(e) => e,
+            Err(pooling) => {
+                tracing::warn!(error = %pooling, "pooling allocator unavailable; using on-demand allocation");
+                Engine::new(&engine_config(&limits, false))
+                    .map_err(|e| EngineSetupError(e.to_string()))?
+            }
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| EngineSetupError(e.to_string()))?;
+        bindings::tfjob::policy::log::add_to_linker::<Sandbox, HasSelf<Sandbox>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| EngineSetupError(e.to_string()))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let engine = engine.clone();
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("wasm-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| EngineSetupError(format!("starting the epoch ticker: {e}")))?
+        };
+        Ok(PolicyEngine {
+            engine,
+            linker,
+            limits,
+            compiled: Mutex::default(),
+            stop,
+            ticker: Some(ticker),
+        })
+    }
+
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.limits
+    }
+
+    /// Compiles and links a component, once per content digest. Fails with category `link`
+    /// when the bytes are not a component, are too large, or import something the sandbox does
+    /// not provide.
+    pub fn compile(&self, wasm: &[u8]) -> Result<Arc<CompiledPolicy>, EvalError> {
+        if wasm.len() > self.limits.max_module {
+            return Err(EvalError::new(
+                Category::Link,
+                format!(
+                    "module is {} bytes; the limit is {}",
+                    wasm.len(),
+                    self.limits.max_module
+                ),
+            ));
+        }
+        let digest = hex::encode(Sha256::digest(wasm));
+        if let Some(hit) = self
+            .compiled
+            .lock()
+            .expect("compile cache lock")
+            .get(&digest)
+        {
+            return Ok(Arc::clone(hit));
+        }
+        let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
+        let component = Component::new(&self.engine, wasm).map_err(link)?;
+        let ty = component.component_type();
+        let imports = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let exports = ty
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let pre = self.linker.instantiate_pre(&component).map_err(link)?;
+        let compiled = Arc::new(CompiledPolicy {
+            digest: digest.clone(),
+            size: wasm.len(),
+            imports,
+            exports,
+            decorate: decorate::GuestIndices::new(&pre).ok(),
+            resources: resources::GuestIndices::new(&pre).ok(),
+            classify: classify::GuestIndices::new(&pre).ok(),
+            settings: settings::GuestIndices::new(&pre).ok(),
+            pre,
+        });
+        self.compiled
+            .lock()
+            .expect("compile cache lock")
+            .insert(digest, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// Runs `call` against a fresh instance of `policy` in a fresh store: the store is dropped
+    /// afterwards, so a trap never poisons a later evaluation.
+    fn evaluate<R>(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        call: impl FnOnce(&mut Store<Sandbox>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, EvalError> {
+        let mut store = Store::new(
+            &self.engine,
+            Sandbox::new(Arc::from(name), self.limits.memory, self.limits.max_log),
+        );
+        store.limiter(|s| &mut s.limiter);
+        let ticks = self
+            .limits
+            .deadline
+            .as_nanos()
+            .div_ceil(EPOCH_TICK.as_nanos()) as u64
+            + 1;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        let result = policy
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| call(&mut store, &instance));
+        store.data().flush_output();
+        result.map_err(|e| self.categorise(&e, &store))
+    }
+
+    fn categorise(&self, error: &wasmtime::Error, store: &Store<Sandbox>) -> EvalError {
+        if store.data().limiter.was_hit() {
+            return EvalError::new(
+                Category::Memory,
+                format!(
+                    "memory limit of {} bytes exceeded: {error:#}",
+                    self.limits.memory
+                ),
+            );
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => EvalError::new(
+                Category::Timeout,
+                format!("deadline of {:?} exceeded", self.limits.deadline),
+            ),
+            _ => EvalError::new(Category::Trap, format!("{error:#}")),
+        }
+    }
+
+    fn check_input(&self, what: &str, text: &str) -> Result<(), EvalError> {
+        if text.len() > self.limits.max_input {
+            return Err(EvalError::new(
+                Category::Memory,
+                format!(
+                    "{what} is {} bytes; the input limit is {}",
+                    text.len(),
+                    self.limits.max_input
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_output(&self, what: &str, len: usize) -> Result<(), EvalError> {
+        if len > self.limits.max_output {
+            return Err(EvalError::new(
+                Category::InvalidOutput,
+                format!(
+                    "{what} is {len} bytes; the output limit is {}",
+                    self.limits.max_output
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Calls `validate-settings`. A component without it accepts only empty settings.
+    pub fn validate_settings(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+    ) -> Result<(), EvalError> {
+        self.check_input("settings", settings)?;
+        let Some(indices) = &policy.settings else {
+            return if is_empty_settings(settings) {
+                Ok(())
+            } else {
+                Err(EvalError::new(
+                    Category::Settings,
+                    "the policy takes no settings (it does not export validate-settings)",
+                ))
+            };
+        };
+        let verdict = self.evaluate(policy, name, |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_validate_settings(&mut *store, settings)
+        })?;
+        verdict.map_err(|reason| {
+            let mut reason = reason;
+            reason.truncate(self.limits.max_output.min(4096));
+            EvalError::new(Category::Settings, reason)
+        })
+    }
+
+    /// Calls `decorate-pod`; returns the decorated pod's JSON.
+    pub fn decorate(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        pod: &str,
+    ) -> Result<String, EvalError> {
+        let indices = hook(&policy.decorate, Hook::Decorate)?;
+        self.check_input("pod", pod)?;
+        let out = self.evaluate(policy, name, |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_decorate_pod(&mut *store, ctx, settings, pod)
+        })?;
+        let out = out.map_err(guest_error)?;
+        self.check_output("decorated pod", out.len())?;
+        Ok(out)
+    }
+
+    /// Calls `override-resources`; returns the new requirements' JSON.
+    pub fn override_resources(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        container: &str,
+        requirements: &str,
+    ) -> Result<String, EvalError> {
+        let indices = hook(&policy.resources, Hook::Resources)?;
+        self.check_input("resources", requirements)?;
+        let out = self.evaluate(policy, name, |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_override_resources(&mut *store, ctx, settings, container, requirements)
+        })?;
+        let out = out.map_err(guest_error)?;
+        self.check_output("resources", out.len())?;
+        Ok(out)
+    }
+
+    /// Calls `classify-pod`.
+    pub fn classify(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        pod: &str,
+        now: &str,
+    ) -> Result<bindings::Verdict, EvalError> {
+        let indices = hook(&policy.classify, Hook::Classify)?;
+        self.check_input("pod", pod)?;
+        let out = self.evaluate(policy, name, |store, instance| {
+            indices.load(&mut *store, instance)?.call_classify_pod(
+                &mut *store,
+                ctx,
+                settings,
+                pod,
+                now,
+            )
+        })?;
+        let verdict = out.map_err(guest_error)?;
+        self.check_output("verdict", verdict.reason.len() + verdict.message.len())?;
+        Ok(verdict)
+    }
+}
+
+impl Drop for PolicyEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn hook<T>(indices: &Option<T>, hook: Hook) -> Result<&T, EvalError> {
+    indices.as_ref().ok_or_else(|| {
+        EvalError::new(
+            Category::Link,
+            format!("the policy does not export {}", hook.interface()),
+        )
+    })
+}
+
+/// Errors a guest reports itself: bad settings are `settings`, anything else means the policy
+/// produced no usable output.
+fn guest_error(e: bindings::PolicyError) -> EvalError {
+    match e {
+        bindings::PolicyError::InvalidSettings(m) => EvalError::new(Category::Settings, m),
+        bindings::PolicyError::InvalidInput(m) => EvalError::new(
+            Category::InvalidOutput,
+            format!("policy rejected its input: {m}"),
+        ),
+        bindings::PolicyError::Failed(m) => {
+            EvalError::new(Category::InvalidOutput, format!("policy failed: {m}"))
+        }
+    }
+}
+
+/// `""`, `null` and `{}` all mean "no settings".
+pub fn is_empty_settings(settings: &str) -> bool {
+    let t = settings.trim();
+    t.is_empty() || t == "null" || t == "{}"
+}
+
+fn engine_config(limits: &SandboxLimits, pooling: bool) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.concurrency_support(false);
+    config.memory_init_cow(true);
+    // Memories never need more address space than the cap, so the reservation is the cap and
+    // many sandboxes fit in the pool.
+    config.memory_reservation(limits.memory as u64);
+    config.memory_guard_size(2 << 20);
+    if pooling {
+        let n = limits.concurrency.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(n)
+            .total_core_instances(n * 16)
+            .total_memories(n * 4)
+            .total_tables(n * 16)
+            .max_memories_per_component(4)
+            .max_memory_size(limits.memory);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
