@@ -170,7 +170,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
 #[derive(Default)]
 struct Tally {
     active: i32,
+    /// Failed pods that fail the job (unless tolerated).
     failed: i32,
+    /// Failed pods that are restarted instead; reported as failed, as upstream did, but they do
+    /// not fail the job.
+    restarting: i32,
     /// Indexes whose work is done (a succeeded pod now, or recorded earlier).
     succeeded: BTreeSet<i32>,
 }
@@ -346,7 +350,7 @@ impl<'a, 'i> Planner<'a, 'i> {
         }
         let mut tallies: BTreeMap<ReplicaType, Tally> = BTreeMap::new();
         for rtype in job.replicas.keys() {
-            let done = self.completed(*rtype);
+            let done = self.completed(job, *rtype);
             tallies.insert(
                 *rtype,
                 Tally {
@@ -376,12 +380,17 @@ impl<'a, 'i> Planner<'a, 'i> {
         }
     }
 
-    fn completed(&self, rtype: ReplicaType) -> BTreeSet<i32> {
+    /// The recorded completed indexes of `rtype` that are still part of the spec (a scale-down
+    /// drops the others, so they never count towards success).
+    fn completed(&self, job: &ValidJob, rtype: ReplicaType) -> BTreeSet<i32> {
         self.status
             .completed_indexes
             .get(rtype.as_str())
-            .map(|v| v.iter().copied().collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&index| in_spec(job, rtype, index))
+            .collect()
     }
 
     fn context(&self, job: &ValidJob, rtype: ReplicaType, index: i32) -> PodContext {
@@ -447,7 +456,7 @@ impl<'a, 'i> Planner<'a, 'i> {
         let mut pending = false;
         for (&rtype, replica) in &job.replicas {
             let mut tally = Tally {
-                succeeded: self.completed(rtype),
+                succeeded: self.completed(job, rtype),
                 ..Tally::default()
             };
             for index in 0..replica.replicas {
@@ -464,10 +473,11 @@ impl<'a, 'i> Planner<'a, 'i> {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 if self.restart_in_progress(pod) {
                     // The deletion was recorded but the cache still shows the pod: ask again,
-                    // count nothing.
+                    // count no restart.
                     self.plan
                         .delete_pods
                         .push(deletion(pod, DeletionCause::Restart));
+                    tally.restarting += 1;
                     continue;
                 }
                 let verdict = if pod.metadata.deletion_timestamp.is_some() {
@@ -496,6 +506,7 @@ impl<'a, 'i> Planner<'a, 'i> {
                     VerdictPhase::RetryableFailure
                         if replica.restart_policy != RestartPolicy::Never =>
                     {
+                        tally.restarting += 1;
                         retryable.push(Judged {
                             rtype,
                             pod,
@@ -518,14 +529,15 @@ impl<'a, 'i> Planner<'a, 'i> {
             }
             tallies.insert(rtype, tally);
         }
-        for (rtype, tally) in &tallies {
-            let indexes: Vec<i32> = tally.succeeded.iter().copied().collect();
-            if !indexes.is_empty() {
-                self.status
-                    .completed_indexes
-                    .insert(rtype.as_str().to_owned(), indexes);
-            }
-        }
+        // Completed indexes of replicas no longer in the spec are dropped with them.
+        self.status.completed_indexes = tallies
+            .iter()
+            .filter(|(_, tally)| !tally.succeeded.is_empty())
+            .map(|(rtype, tally)| {
+                let indexes = tally.succeeded.iter().copied().collect();
+                (rtype.as_str().to_owned(), indexes)
+            })
+            .collect();
         // Restart records of indexes that are no longer part of the spec are dropped.
         let wanted: BTreeSet<String> = job
             .replicas
@@ -659,8 +671,11 @@ impl<'a, 'i> Planner<'a, 'i> {
         }
 
         let restarts_done = i64::from(self.status.restart_count.unwrap_or(0)) + in_place_restarts;
+        // The restarts this reconcile needs must fit within the limit: restarts never exceed it,
+        // and no pod is deleted for a restart the job cannot afford.
+        let needed = retryable.len() as i64;
         if let Some(limit) = job.run_policy.backoff_limit.map(i64::from)
-            && (restarts_done > limit || (!retryable.is_empty() && restarts_done >= limit))
+            && restarts_done + needed > limit
         {
             let message = format!(
                 "Job {} has failed because it has reached the specified backoff limit",
@@ -684,9 +699,8 @@ impl<'a, 'i> Planner<'a, 'i> {
             return Outcome::Finished;
         }
 
-        for j in retryable {
-            self.restart(j);
-        }
+        // A replica that failed for good fails the job before anything is restarted, so a
+        // failing job never also shows Restarting or deletes pods for nothing.
         for (rtype, tally) in tallies.iter() {
             if tally.failed > 0 && !tolerated(*rtype) {
                 let message = format!(
@@ -696,6 +710,9 @@ impl<'a, 'i> Planner<'a, 'i> {
                 self.fail(&message);
                 return Outcome::Finished;
             }
+        }
+        for j in retryable {
+            self.restart(j);
         }
         if retryable.is_empty() {
             let running = if job.has_chief_or_master() {
@@ -875,7 +892,7 @@ impl<'a, 'i> Planner<'a, 'i> {
                 ReplicaStatus {
                     active: tally.active,
                     succeeded: tally.succeeded.len() as i32,
-                    failed: tally.failed,
+                    failed: tally.failed + tally.restarting,
                     label_selector: Some(label_selector),
                     selector: Some(selector),
                 },
