@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod guard;
+pub mod local;
 mod sandbox;
 
 pub use config::SandboxLimits;
