@@ -5,6 +5,15 @@
 //! benchmarked against. Nothing here does IO or reads a clock: time comes in as an argument.
 
 pub mod classify;
+pub mod classify_settings;
+pub mod context;
+pub mod decorate;
+pub mod json;
+pub mod names;
+pub mod ordered;
+pub mod quantity;
+pub mod resources;
+pub mod settings;
 pub mod verdict;
 
 /// The replica container whose exit code decides `ExitCode` restarts.

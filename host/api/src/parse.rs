@@ -36,17 +36,21 @@ pub fn parse_tfjob_yaml(text: &str) -> Result<TFJob, ParseError> {
 /// Parses every non-empty document of a multi-document YAML stream (1-based document numbers in
 /// errors). A document that fails does not stop the others from being read.
 pub fn parse_tfjob_documents(text: &str) -> Vec<Result<TFJob, ParseError>> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .enumerate()
-        .filter_map(|(i, doc)| {
-            let document = i + 1;
-            match serde_yaml_ng::Value::deserialize(doc) {
-                Ok(serde_yaml_ng::Value::Null) => None,
-                Ok(value) => Some(tfjob_from_value(value, document)),
-                Err(source) => Some(Err(ParseError::Syntax { document, source })),
+    let mut results = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let document = i + 1;
+        match serde_yaml_ng::Value::deserialize(doc) {
+            Ok(serde_yaml_ng::Value::Null) => {}
+            Ok(value) => results.push(tfjob_from_value(value, document)),
+            Err(source) => {
+                // After a syntax error the YAML stream cannot be resynchronised (the
+                // deserializer would repeat the error forever), so reading stops here.
+                results.push(Err(ParseError::Syntax { document, source }));
+                break;
             }
-        })
-        .collect()
+        }
+    }
+    results
 }
 
 fn tfjob_from_value(value: serde_yaml_ng::Value, document: usize) -> Result<TFJob, ParseError> {
@@ -67,9 +71,22 @@ fn tfjob_from_value(value: serde_yaml_ng::Value, document: usize) -> Result<TFJo
     }
     serde_path_to_error::deserialize(value).map_err(|e| ParseError::Field {
         document,
-        path: e.path().to_string(),
+        path: kubernetes_path(&e.path().to_string()),
         message: e.into_inner().to_string(),
     })
+}
+
+/// Writes replica type keys the way validation errors do: `spec.tfReplicaSpecs[Worker]`.
+fn kubernetes_path(path: &str) -> String {
+    const MAP: &str = "spec.tfReplicaSpecs.";
+    match path.strip_prefix(MAP) {
+        Some(rest) => {
+            let (key, tail) = rest.split_once('.').map_or((rest, ""), |(k, t)| (k, t));
+            let tail = if tail.is_empty() { String::new() } else { format!(".{tail}") };
+            format!("spec.tfReplicaSpecs[{key}]{tail}")
+        }
+        None => path.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -84,7 +101,7 @@ mod tests {
         .unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("spec.tfReplicaSpecs.Worker.restartPolicy"),
+            text.contains("spec.tfReplicaSpecs[Worker].restartPolicy"),
             "{text}"
         );
         assert!(text.contains("Sometimes"), "{text}");
@@ -105,6 +122,15 @@ mod tests {
             docs[2].as_ref().unwrap().metadata.name.as_deref(),
             Some("b")
         );
+    }
+
+    #[test]
+    fn a_syntax_error_ends_the_stream_instead_of_repeating_forever() {
+        for text in ["[", "spec: [unclosed\n", "metadata: {name: a}\nspec: {}\n---\n{"] {
+            let docs = parse_tfjob_documents(text);
+            assert!(matches!(docs.last(), Some(Err(ParseError::Syntax { .. }))), "{text:?}");
+            assert!(docs.len() <= 2, "{text:?}");
+        }
     }
 
     #[test]

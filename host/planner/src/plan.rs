@@ -318,7 +318,10 @@ impl<'a, 'i> Planner<'a, 'i> {
         ) else {
             return;
         };
-        let expires = done.0 + jiff::SignedDuration::from_secs(i64::from(ttl));
+        // A TTL that reaches past the representable future never expires.
+        let Some(expires) = later(done.0, i64::from(ttl)) else {
+            return;
+        };
         if self.now() >= expires {
             self.plan.delete_job = true;
             self.plan.transitions.push(Transition::Deleted);
@@ -573,8 +576,9 @@ impl<'a, 'i> Planner<'a, 'i> {
             job.run_policy.active_deadline_seconds,
             self.status.start_time.clone(),
         ) {
-            let deadline = start.0 + jiff::SignedDuration::from_secs(ads);
-            self.requeue(until(self.now(), deadline));
+            if let Some(deadline) = later(start.0, ads) {
+                self.requeue(until(self.now(), deadline));
+            }
         }
         if pending {
             self.requeue(PENDING_RECHECK);
@@ -688,7 +692,7 @@ impl<'a, 'i> Planner<'a, 'i> {
         if let (Some(ads), Some(start)) = (
             job.run_policy.active_deadline_seconds,
             self.status.start_time.clone(),
-        ) && self.now() >= start.0 + jiff::SignedDuration::from_secs(ads)
+        ) && later(start.0, ads).is_some_and(|deadline| self.now() >= deadline)
         {
             let message = format!(
                 "Job {} has failed because it was active longer than specified deadline",
@@ -968,6 +972,12 @@ fn verdict_detail(pod: &Pod, verdict: &Verdict) -> String {
         verdict.policy,
         message.trim()
     )
+}
+
+/// `t + secs`, or `None` when that is past the last representable instant (a deadline or TTL
+/// that far away never fires).
+fn later(t: Timestamp, secs: i64) -> Option<Timestamp> {
+    t.checked_add(jiff::SignedDuration::from_secs(secs)).ok()
 }
 
 fn until(now: Timestamp, then: Timestamp) -> Duration {

@@ -1,0 +1,270 @@
+//! The default decoration policy: `default-policies.md` "Decoration" as a Wasm component
+//! (world `decorator`).
+//!
+//! The decisions live in `tfjob_policy_logic::decorate`, shared with the operator's native
+//! reference; this crate only crosses the boundary: it decodes the settings and the pod,
+//! decorates, and encodes the pod again. The pod is handled as a JSON document of which only
+//! the fields decoration works with are decoded into k8s-openapi types ([`view`]), which keeps
+//! the component small and leaves every other field exactly as the operator built it.
+//! Settings are `DecorateSettings` (schema in `guest-policies/README.md`); `{}` or an empty
+//! document mean the defaults, which add the `TFJOB_*` execution environment variables and
+//! nothing else.
+
+mod view;
+
+use tfjob_policy_sdk::logic::context::JobContext as Context;
+use tfjob_policy_sdk::logic::decorate::{DecorateSettings, decorate_pod};
+use tfjob_policy_sdk::serde_json::{self, Value};
+use tfjob_policy_sdk::wit::{JobContext, PolicyError};
+use tfjob_policy_sdk::{convert, settings};
+
+/// The component's implementation.
+struct DefaultDecorate;
+
+tfjob_policy_sdk::export_policy!(world: "decorator", path: "../../wit", policy: DefaultDecorate);
+
+impl bindings::exports::tfjob::policy::settings::Guest for DefaultDecorate {
+    fn validate_settings(settings: String) -> Result<(), String> {
+        settings::validate::<DecorateSettings>(&settings)
+    }
+}
+
+impl bindings::exports::tfjob::policy::decorate::Guest for DefaultDecorate {
+    fn decorate_pod(ctx: JobContext, settings: String, pod: String) -> Result<String, PolicyError> {
+        let settings: DecorateSettings = settings::load(&settings)?;
+        decorate_document(&settings, &ctx.into(), &pod)
+    }
+}
+
+/// Decorates the pod JSON document `pod` through its [`view`].
+fn decorate_document(
+    settings: &DecorateSettings,
+    ctx: &Context,
+    pod: &str,
+) -> Result<String, PolicyError> {
+    let mut document: Value =
+        serde_json::from_str(pod).map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
+    let Value::Object(object) = &mut document else {
+        return Err(PolicyError::InvalidInput(
+            "pod: expected a JSON object".into(),
+        ));
+    };
+    // Extracting twice is cheaper in code than cloning a `Pod` (whose `Clone` covers every
+    // field a pod can hold).
+    let before = view::extract(object)?;
+    let after = decorate_pod(settings, ctx, view::extract(object)?);
+    view::write_back(object, before, after)?;
+    convert::to_json("pod", &document)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bindings::exports::tfjob::policy::decorate::Guest as _;
+    use bindings::exports::tfjob::policy::settings::Guest as _;
+    use serde_json::json;
+    use tfjob_policy_sdk::logic::context::INTERRUPTIBLE_ANNOTATION;
+    use tfjob_policy_sdk::logic::settings::settings_from_json;
+
+    fn ctx() -> JobContext {
+        JobContext {
+            job_name: "mnist".into(),
+            namespace: "ml".into(),
+            job_uid: "u-1".into(),
+            job_labels: vec![],
+            job_annotations: vec![],
+            replica_type: "Worker".into(),
+            replica_index: 0,
+            replica_count: 2,
+            attempt: 0,
+        }
+    }
+
+    const POD: &str = r#"{"metadata": {"name": "mnist-worker-0"},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf:2"}]}}"#;
+
+    /// A pod using most of what a pod can hold, in k8s-openapi's own encoding (so decoding it
+    /// whole and encoding it again gives the same document).
+    fn rich_pod() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "mnist-worker-0", "namespace": "ml",
+                "labels": {"training.kubeflow.org/job-name": "mnist", "team": "ml"},
+                "annotations": {"note": "x"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist",
+                    "uid": "u-1", "controller": true, "blockOwnerDeletion": true}]
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+                "initContainers": [{"name": "fetch", "image": "busybox", "command": ["sh", "-c", "true"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                "containers": [
+                    {"name": "tensorflow", "image": "tf:2", "ports": [{"containerPort": 2222, "name": "tfjob-port"}],
+                     "env": [{"name": "TF_CONFIG", "value": "{}"}, {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                     "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2"}},
+                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}],
+                     "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 5},
+                     "securityContext": {"runAsNonRoot": true}},
+                    {"name": "sidecar", "image": "log:1", "resources": {"requests": {"cpu": "100m"}}}
+                ],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "cfg", "configMap": {"name": "cfg", "items": [{"key": "a", "path": "a"}]}},
+                    {"name": "nvidia-lib", "emptyDir": {}}
+                ],
+                "tolerations": [{"key": "team", "value": "ml"}],
+                "nodeSelector": {"zone": "b"},
+                "schedulerName": "volcano"
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        })
+    }
+
+    fn rich_settings() -> DecorateSettings {
+        settings_from_json(
+            r#"{
+                "defaultEnvVars": {"Z": "1", "A": "$(Z)"},
+                "accelerators": {"nvidia.com/gpu": {
+                    "volumes": [
+                        {"name": "nvidia-lib", "hostPath": "/usr/lib/nvidia", "mountPath": "/usr/local/nvidia/lib64"},
+                        {"name": "nvidia-bin", "hostPath": "/usr/bin/nvidia", "mountPath": "/usr/local/nvidia/bin"}
+                    ],
+                    "envVars": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
+                }},
+                "resourceTolerations": {"nvidia.com/gpu": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+                "interruptibleTolerations": [{"key": "spot", "operator": "Exists"}],
+                "defaultTolerations": [{"key": "team", "operator": "Equal", "value": "ml"}],
+                "defaultLabels": {"team": "platform", "tier": "batch"},
+                "defaultAnnotations": {"cost-center": "42"},
+                "nodeSelector": {"zone": "a", "pool": "gpu"},
+                "interruptibleNodeSelector": {"pool": "spot"},
+                "schedulerName": "default-scheduler"
+            }"#,
+        )
+        .unwrap()
+    }
+
+    /// Decoding the whole pod into k8s-openapi types, the straightforward way.
+    fn decorate_whole(settings: &DecorateSettings, ctx: &Context, pod: &Value) -> Value {
+        let pod = convert::pod_from_json(&pod.to_string()).unwrap();
+        serde_json::to_value(decorate_pod(settings, ctx, pod)).unwrap()
+    }
+
+    fn decorate_view(settings: &DecorateSettings, ctx: &Context, pod: &Value) -> Value {
+        serde_json::from_str(&decorate_document(settings, ctx, &pod.to_string()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_view_decorates_exactly_like_the_whole_pod() {
+        let mut interruptible: Context = ctx().into();
+        interruptible
+            .job_annotations
+            .insert(INTERRUPTIBLE_ANNOTATION.into(), "true".into());
+        let minimal = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}});
+        let no_spec = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        for settings in [DecorateSettings::default(), rich_settings()] {
+            for ctx in [ctx().into(), interruptible.clone()] {
+                for pod in [rich_pod(), minimal.clone(), no_spec.clone()] {
+                    assert_eq!(
+                        decorate_view(&settings, &ctx, &pod),
+                        decorate_whole(&settings, &ctx, &pod),
+                        "settings {settings:?}, pod {pod}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fields_outside_the_view_pass_through_unchanged() {
+        // Unknown to k8s-openapi, so decoding the whole pod would drop them.
+        let mut pod = rich_pod();
+        pod["spec"]["futureField"] = json!({"x": 1});
+        pod["spec"]["containers"][0]["futureField"] = json!(true);
+        let out = decorate_view(&rich_settings(), &ctx().into(), &pod);
+        assert_eq!(out["spec"]["futureField"], json!({"x": 1}));
+        assert_eq!(out["spec"]["containers"][0]["futureField"], json!(true));
+        assert_eq!(out["spec"]["affinity"], pod["spec"]["affinity"]);
+        assert_eq!(out["status"], pod["status"]);
+    }
+
+    #[test]
+    fn empty_settings_add_the_execution_environment() {
+        for settings in ["", "{}"] {
+            let out = DefaultDecorate::decorate_pod(ctx(), settings.into(), POD.into()).unwrap();
+            let out: Value = serde_json::from_str(&out).unwrap();
+            let env = &out["spec"]["containers"][0]["env"];
+            assert_eq!(env[0], json!({"name": "TFJOB_NAME", "value": "mnist"}));
+            assert_eq!(env[5], json!({"name": "TFJOB_ATTEMPT", "value": "0"}));
+            assert_eq!(out["spec"]["containers"][0]["image"], "tf:2");
+        }
+    }
+
+    #[test]
+    fn settings_are_applied() {
+        let settings = json!({"defaultLabels": {"team": "ml"}, "schedulerName": "volcano"});
+        let out = DefaultDecorate::decorate_pod(ctx(), settings.to_string(), POD.into()).unwrap();
+        let out: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(out["metadata"]["labels"]["team"], "ml");
+        assert_eq!(out["spec"]["schedulerName"], "volcano");
+    }
+
+    #[test]
+    fn bad_input_and_settings_name_the_field() {
+        let run =
+            |pod: &str| DefaultDecorate::decorate_pod(ctx(), "{}".into(), pod.into()).unwrap_err();
+        for (pod, start) in [
+            (
+                r#"{"spec": {"containers": [{"name": 1}]}}"#,
+                "pod.spec.containers[0].name: invalid type",
+            ),
+            (
+                r#"{"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": 1}]}]}}"#,
+                "pod.spec.containers[0].env[0].value: invalid type",
+            ),
+            (
+                r#"{"spec": {"initContainers": {}}}"#,
+                "pod.spec.initContainers: expected a list, found an object",
+            ),
+            (
+                r#"{"spec": {"volumes": [3]}}"#,
+                "pod.spec.volumes[0]: expected an object, found a number",
+            ),
+            (
+                r#"{"metadata": {"labels": {"a": 1}}}"#,
+                "pod.metadata.labels.a: invalid type",
+            ),
+            (
+                r#"{"spec": {"tolerations": [{"tolerationSeconds": "x"}]}}"#,
+                "pod.spec.tolerations[0].tolerationSeconds: invalid type",
+            ),
+            ("[]", "pod: expected a JSON object"),
+            ("{", "pod: EOF while parsing"),
+        ] {
+            let err = run(pod);
+            assert!(
+                matches!(&err, PolicyError::InvalidInput(m) if m.starts_with(start)),
+                "{pod}: {err:?}"
+            );
+        }
+        let bad = r#"{"schedulerName": ""}"#;
+        let err = DefaultDecorate::decorate_pod(ctx(), bad.into(), POD.into()).unwrap_err();
+        assert_eq!(
+            err,
+            PolicyError::InvalidSettings("schedulerName: must not be empty".into())
+        );
+        assert_eq!(
+            DefaultDecorate::validate_settings(bad.into()),
+            Err("schedulerName: must not be empty".into())
+        );
+        assert_eq!(DefaultDecorate::validate_settings("{}".into()), Ok(()));
+        assert_eq!(DefaultDecorate::validate_settings("".into()), Ok(()));
+    }
+}

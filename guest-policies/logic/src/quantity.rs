@@ -1,0 +1,492 @@
+//! Kubernetes resource quantities (`500m`, `1.5Gi`, `2`, `1e3`): parsing, exact comparison and
+//! the API server's canonical spelling.
+//!
+//! A quantity is held as an exact integer number of nano-units (`i128`), which is what the API
+//! server itself keeps (`resource.Quantity` rounds anything finer than `1n` up, away from zero,
+//! so a tiny request never becomes zero). Comparisons are therefore exact: no floating point,
+//! `1Gi == 1024Mi`, `0.1 == 100m`. The quantity also remembers the family its input was written
+//! in, because the canonical output depends on it:
+//!
+//! - binary (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`, `Ei`): the largest binary suffix that leaves an
+//!   integer (`1024Mi` -> `1Gi`, `1.5Gi` -> `1536Mi`); a value below 1024 or with a fraction
+//!   is spelled in the decimal family instead, as the API server does (`0.5Ki` -> `512`);
+//! - decimal (`n`, `u`, `m`, none, `k`, `M`, `G`, `T`, `P`, `E`): the largest suffix that leaves
+//!   an integer (`1000m` -> `1`, `0.5` -> `500m`, `1500k` -> `1500k`);
+//! - exponent (`1e3`, `2E-3`): the largest multiple-of-three exponent that leaves an integer
+//!   (`1e3` -> `1e3`, `1.5e3` -> `1500`).
+//!
+//! Zero is always `0`.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+
+/// Nano-units per unit: the finest precision the API server keeps.
+const NANOS_PER_UNIT: u128 = 1_000_000_000;
+/// `10^0 .. 10^38` fit in a `u128`; larger powers never change a rounded-up result.
+const MAX_POW10: u32 = 38;
+/// Exponents beyond this are out of any representable range; rejecting them early keeps the
+/// arithmetic below overflow-free.
+const MAX_EXPONENT_DIGITS: usize = 6;
+
+/// Binary suffixes, indexed by power of 1024.
+const BINARY_SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+
+/// The family a quantity was written in; it decides the canonical spelling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Powers of 1024: `Ki`, `Mi`, `Gi`, ...
+    BinarySi,
+    /// Powers of 1000: `m`, `k`, `M`, `G`, ... or no suffix.
+    DecimalSi,
+    /// A decimal exponent: `1e3`, `5E-1`.
+    DecimalExponent,
+}
+
+/// An exact resource quantity. Equality, ordering and hashing compare values only (`1Gi` equals
+/// `1024Mi`); the [`Format`] only affects [`Quantity::canonical`].
+#[derive(Clone, Copy, Debug)]
+pub struct Quantity {
+    nanos: i128,
+    format: Format,
+}
+
+/// A string that is not a Kubernetes quantity; the message quotes the string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuantityError {
+    input: String,
+    problem: &'static str,
+}
+
+impl QuantityError {
+    /// The string that failed to parse.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+impl fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid quantity {:?}: {}", self.input, self.problem)
+    }
+}
+
+impl std::error::Error for QuantityError {}
+
+impl Quantity {
+    /// Zero, in the decimal family.
+    pub const ZERO: Quantity = Quantity {
+        nanos: 0,
+        format: Format::DecimalSi,
+    };
+
+    /// Parses a quantity as the API server does: `[+-]digits[.digits]suffix`, where the suffix
+    /// is a binary or decimal SI suffix or `e`/`E` and a signed integer exponent.
+    pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
+        let fail = |problem| QuantityError {
+            input: input.to_owned(),
+            problem,
+        };
+        let (negative, rest) = match input.as_bytes().first() {
+            None => return Err(fail("empty string")),
+            Some(b'-') => (true, &input[1..]),
+            Some(b'+') => (false, &input[1..]),
+            Some(_) => (false, input),
+        };
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let int_digits = &rest[..int_len];
+        let mut rest = &rest[int_len..];
+        let mut frac_digits = "";
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+            frac_digits = &after_dot[..frac_len];
+            rest = &after_dot[frac_len..];
+        }
+        if int_digits.is_empty() && frac_digits.is_empty() {
+            return Err(fail("expected a number"));
+        }
+        let (format, decimal_exponent, binary_exponent) =
+            parse_suffix(rest).ok_or_else(|| fail("unknown suffix"))?;
+
+        // Trailing fraction zeros carry no value; dropping them keeps long inputs like
+        // `1.000000000000000000000000000000000000000` from overflowing the coefficient.
+        let frac_digits = frac_digits.trim_end_matches('0');
+        let mut coefficient: u128 = 0;
+        for digit in int_digits.bytes().chain(frac_digits.bytes()) {
+            coefficient = coefficient
+                .checked_mul(10)
+                .and_then(|c| c.checked_add(u128::from(digit - b'0')))
+                .ok_or_else(|| fail("too many significant digits"))?;
+        }
+        coefficient = coefficient
+            .checked_mul(1u128 << binary_exponent)
+            .ok_or_else(|| fail("out of range"))?;
+
+        // value in nano-units = coefficient * 10^(exponent + 9 - fraction digits)
+        let power = decimal_exponent + 9 - frac_digits.len() as i64;
+        let magnitude = if coefficient == 0 {
+            0
+        } else if power >= 0 {
+            let factor = u32::try_from(power)
+                .ok()
+                .filter(|p| *p <= MAX_POW10)
+                .map(|p| 10u128.pow(p))
+                .ok_or_else(|| fail("out of range"))?;
+            coefficient
+                .checked_mul(factor)
+                .ok_or_else(|| fail("out of range"))?
+        } else {
+            // Finer than a nano-unit: round up, away from zero, as the API server does.
+            match u32::try_from(-power).ok().filter(|p| *p <= MAX_POW10) {
+                Some(p) => {
+                    let divisor = 10u128.pow(p);
+                    coefficient / divisor + u128::from(!coefficient.is_multiple_of(divisor))
+                }
+                // The divisor exceeds any coefficient: the value is below one nano-unit.
+                None => 1,
+            }
+        };
+        let magnitude = i128::try_from(magnitude).map_err(|_| fail("out of range"))?;
+        Ok(Quantity {
+            nanos: if negative { -magnitude } else { magnitude },
+            format,
+        })
+    }
+
+    /// A whole number of units in the given family (`Quantity::from_units(2, Format::BinarySi)`
+    /// is two bytes, spelled `2`).
+    pub fn from_units(units: i64, format: Format) -> Quantity {
+        Quantity {
+            nanos: i128::from(units) * NANOS_PER_UNIT as i128,
+            format,
+        }
+    }
+
+    /// The exact value in nano-units (`1m` is `1_000_000`).
+    pub fn nanos(&self) -> i128 {
+        self.nanos
+    }
+
+    /// The family the quantity was written in.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.nanos == 0
+    }
+
+    pub fn is_negative(&self) -> bool {
+        self.nanos < 0
+    }
+
+    /// The API server's canonical spelling (see the module documentation).
+    pub fn canonical(&self) -> String {
+        if self.nanos == 0 {
+            return "0".to_owned();
+        }
+        let sign = if self.nanos < 0 { "-" } else { "" };
+        let magnitude = self.nanos.unsigned_abs();
+        let whole = magnitude.is_multiple_of(NANOS_PER_UNIT);
+        if self.format == Format::BinarySi && whole && magnitude >= 1024 * NANOS_PER_UNIT {
+            let mut mantissa = magnitude / NANOS_PER_UNIT;
+            let mut power = 0;
+            while power + 1 < BINARY_SUFFIXES.len() && mantissa.is_multiple_of(1024) {
+                mantissa /= 1024;
+                power += 1;
+            }
+            return format!("{sign}{mantissa}{}", BINARY_SUFFIXES[power]);
+        }
+        // Decimal: start from nano-units and raise the exponent in steps of three while the
+        // mantissa stays an integer. SI suffixes stop at `E` (10^18); exponents do not.
+        let max_exponent = match self.format {
+            Format::DecimalExponent => i32::MAX,
+            Format::BinarySi | Format::DecimalSi => 18,
+        };
+        let mut mantissa = magnitude;
+        let mut exponent: i32 = -9;
+        while exponent < max_exponent && mantissa.is_multiple_of(1000) {
+            mantissa /= 1000;
+            exponent += 3;
+        }
+        match self.format {
+            Format::DecimalExponent if exponent != 0 => format!("{sign}{mantissa}e{exponent}"),
+            Format::DecimalExponent => format!("{sign}{mantissa}"),
+            Format::BinarySi | Format::DecimalSi => {
+                format!("{sign}{mantissa}{}", decimal_suffix(exponent))
+            }
+        }
+    }
+
+    /// Parses a k8s-openapi quantity.
+    pub fn from_k8s(
+        q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    ) -> Result<Quantity, QuantityError> {
+        Quantity::parse(&q.0)
+    }
+
+    /// The canonical spelling as a k8s-openapi quantity.
+    pub fn to_k8s(&self) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity(self.canonical())
+    }
+}
+
+/// Rewrites a quantity string in its canonical spelling (`"1024Mi"` -> `"1Gi"`).
+pub fn canonicalize(input: &str) -> Result<String, QuantityError> {
+    Quantity::parse(input).map(|q| q.canonical())
+}
+
+/// The smaller of two quantities, compared exactly; `a` when they are equal (so its spelling
+/// family is kept). Same as [`Ord::min`], spelled out for readers of policy code.
+pub fn min(a: Quantity, b: Quantity) -> Quantity {
+    Ord::min(a, b)
+}
+
+/// Resolves a suffix to its family, decimal exponent and binary exponent.
+fn parse_suffix(suffix: &str) -> Option<(Format, i64, u32)> {
+    let decimal = |exponent| Some((Format::DecimalSi, exponent, 0));
+    let binary = |exponent| Some((Format::BinarySi, 0, exponent));
+    match suffix {
+        "" => decimal(0),
+        "n" => decimal(-9),
+        "u" => decimal(-6),
+        "m" => decimal(-3),
+        "k" => decimal(3),
+        "M" => decimal(6),
+        "G" => decimal(9),
+        "T" => decimal(12),
+        "P" => decimal(15),
+        "E" => decimal(18),
+        "Ki" => binary(10),
+        "Mi" => binary(20),
+        "Gi" => binary(30),
+        "Ti" => binary(40),
+        "Pi" => binary(50),
+        "Ei" => binary(60),
+        _ => {
+            // `E` alone is exa (matched above); `e`/`E` followed by an integer is an exponent.
+            let exponent = suffix.strip_prefix(['e', 'E'])?;
+            let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            if digits.is_empty()
+                || digits.len() > MAX_EXPONENT_DIGITS
+                || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            Some((Format::DecimalExponent, exponent.parse().ok()?, 0))
+        }
+    }
+}
+
+fn decimal_suffix(exponent: i32) -> &'static str {
+    match exponent {
+        -9 => "n",
+        -6 => "u",
+        -3 => "m",
+        3 => "k",
+        6 => "M",
+        9 => "G",
+        12 => "T",
+        15 => "P",
+        18 => "E",
+        _ => "",
+    }
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.nanos == other.nanos
+    }
+}
+
+impl Eq for Quantity {}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.nanos.cmp(&other.nanos)
+    }
+}
+
+impl Hash for Quantity {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.nanos.hash(state);
+    }
+}
+
+impl FromStr for Quantity {
+    type Err = QuantityError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Quantity::parse(s)
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.canonical())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn parses_every_family_exactly() {
+        assert_eq!(q("500m").nanos(), 500_000_000);
+        assert_eq!(q("2").nanos(), 2_000_000_000);
+        assert_eq!(q("1.5Gi").nanos(), 1_610_612_736 * 1_000_000_000);
+        assert_eq!(q("100Ki").nanos(), 102_400 * 1_000_000_000);
+        assert_eq!(q("1M").nanos(), 1_000_000 * 1_000_000_000);
+        assert_eq!(q("1e3").nanos(), 1_000 * 1_000_000_000);
+        assert_eq!(q("1E3").nanos(), 1_000 * 1_000_000_000);
+        assert_eq!(q("2e-3").nanos(), 2_000_000);
+        assert_eq!(q("1E").nanos(), 1_000_000_000_000_000_000 * 1_000_000_000);
+        assert_eq!(q("+.5").nanos(), 500_000_000);
+        assert_eq!(q("5.").nanos(), 5_000_000_000);
+        assert_eq!(q("-1.5").nanos(), -1_500_000_000);
+        assert_eq!(q("7n").nanos(), 7);
+        assert_eq!(q("3u").nanos(), 3_000);
+        assert_eq!(
+            q("0001.000000000000000000000000000000000000000000").nanos(),
+            1_000_000_000
+        );
+        assert_eq!(q("1.5Gi").format(), Format::BinarySi);
+        assert_eq!(q("1e3").format(), Format::DecimalExponent);
+        assert_eq!(q("1k").format(), Format::DecimalSi);
+    }
+
+    #[test]
+    fn precision_finer_than_nano_rounds_up_away_from_zero() {
+        assert_eq!(q("0.1n").nanos(), 1);
+        assert_eq!(q("1.0000000001").nanos(), 1_000_000_001);
+        assert_eq!(q("-0.1n").nanos(), -1);
+        assert_eq!(q("1e-40").nanos(), 1);
+        assert!(q("0e-40").is_zero());
+    }
+
+    #[test]
+    fn rejects_malformed_strings_naming_them() {
+        for bad in [
+            "",
+            "abc",
+            "1.5.5",
+            "Gi",
+            "1 Gi",
+            "1gi",
+            "1KiB",
+            "--1",
+            ".",
+            "1e",
+            "1e+",
+            "1e1.5",
+            "1e1234567",
+            "0x10",
+            "1Mi ",
+            " 1",
+        ] {
+            let err = Quantity::parse(bad).expect_err(bad);
+            assert_eq!(err.input(), bad);
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("invalid quantity {bad:?}: "))
+            );
+        }
+        let err = Quantity::parse("1e30Ei").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid quantity \"1e30Ei\": unknown suffix"
+        );
+        assert!(
+            Quantity::parse("1e100")
+                .unwrap_err()
+                .to_string()
+                .ends_with("out of range")
+        );
+        assert!(
+            Quantity::parse(&"9".repeat(40))
+                .unwrap_err()
+                .to_string()
+                .ends_with("too many significant digits")
+        );
+    }
+
+    #[test]
+    fn comparisons_are_exact_across_families() {
+        assert_eq!(q("1Gi"), q("1024Mi"));
+        assert_eq!(q("0.1"), q("100m"));
+        assert_eq!(q("1e3"), q("1k"));
+        assert!(q("1G") < q("1Gi"));
+        assert!(q("999m") < q("1"));
+        assert!(q("1000000001n") > q("1"));
+        assert!(q("-1") < q("0"));
+        assert_eq!(min(q("2"), q("1500m")), q("1500m"));
+        // Equal values keep the first argument's spelling.
+        assert_eq!(min(q("1Gi"), q("1024Mi")).canonical(), "1Gi");
+        assert_eq!(min(q("1024Mi"), q("1Gi")).format(), Format::BinarySi);
+    }
+
+    #[test]
+    fn canonical_spellings_match_the_api_server() {
+        for (input, canonical) in [
+            ("1024Mi", "1Gi"),
+            ("1000m", "1"),
+            ("0.5", "500m"),
+            ("1.5Gi", "1536Mi"),
+            ("1.5", "1500m"),
+            ("2", "2"),
+            ("100Ki", "100Ki"),
+            ("1M", "1M"),
+            ("1000k", "1M"),
+            ("1500k", "1500k"),
+            ("1e3", "1e3"),
+            ("1.5e3", "1500"),
+            ("5e-1", "500e-3"),
+            ("1e21", "1e21"),
+            ("0.5Ki", "512"),
+            ("1023", "1023"),
+            ("1536", "1536"),
+            ("1.5Ki", "1536"),
+            ("1Ki", "1Ki"),
+            ("0.1n", "1n"),
+            ("0", "0"),
+            ("0Gi", "0"),
+            ("-0", "0"),
+            ("-500m", "-500m"),
+            ("-1Gi", "-1Gi"),
+            ("1024Ei", "1024Ei"),
+            ("1000E", "1000E"),
+            ("0.0001Ki", "102400u"),
+        ] {
+            assert_eq!(q(input).canonical(), canonical, "{input}");
+            assert_eq!(canonicalize(input).unwrap(), canonical, "{input}");
+            // Canonical spellings are fixed points.
+            assert_eq!(q(canonical).canonical(), canonical, "{canonical}");
+        }
+    }
+
+    #[test]
+    fn k8s_openapi_conversions() {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+        let parsed = Quantity::from_k8s(&K8sQuantity("2048Ki".into())).unwrap();
+        assert_eq!(parsed.to_k8s(), K8sQuantity("2Mi".into()));
+        assert_eq!(Quantity::from_units(3, Format::DecimalSi).canonical(), "3");
+        assert_eq!(
+            Quantity::from_units(2048, Format::BinarySi).canonical(),
+            "2Ki"
+        );
+        assert_eq!(Quantity::ZERO.canonical(), "0");
+        assert!(q("-1").is_negative());
+    }
+}
