@@ -82,7 +82,11 @@ fn kubernetes_path(path: &str) -> String {
     match path.strip_prefix(MAP) {
         Some(rest) => {
             let (key, tail) = rest.split_once('.').map_or((rest, ""), |(k, t)| (k, t));
-            let tail = if tail.is_empty() { String::new() } else { format!(".{tail}") };
+            let tail = if tail.is_empty() {
+                String::new()
+            } else {
+                format!(".{tail}")
+            };
             format!("spec.tfReplicaSpecs[{key}]{tail}")
         }
         None => path.to_owned(),
@@ -126,9 +130,16 @@ mod tests {
 
     #[test]
     fn a_syntax_error_ends_the_stream_instead_of_repeating_forever() {
-        for text in ["[", "spec: [unclosed\n", "metadata: {name: a}\nspec: {}\n---\n{"] {
+        for text in [
+            "[",
+            "spec: [unclosed\n",
+            "metadata: {name: a}\nspec: {}\n---\n{",
+        ] {
             let docs = parse_tfjob_documents(text);
-            assert!(matches!(docs.last(), Some(Err(ParseError::Syntax { .. }))), "{text:?}");
+            assert!(
+                matches!(docs.last(), Some(Err(ParseError::Syntax { .. }))),
+                "{text:?}"
+            );
             assert!(docs.len() <= 2, "{text:?}");
         }
     }

@@ -10,8 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "tfjob-operator",
     version,
-    about,
-    after_help = "Examples:\n  tfjob-operator render -f dist-mnist.yaml\n  tfjob-operator render -f job.yaml -o json --cluster-domain cluster.local\n  tfjob-operator crd | kubectl apply --server-side -f -\n  tfjob-operator run --namespace ml --threads 4 --metrics-addr 0.0.0.0:8080"
+    after_help = "Examples:\n  tfjob-operator render -f dist-mnist.yaml\n  tfjob-operator render -f job.yaml -o json --cluster-domain cluster.local\n  tfjob-operator crd | kubectl apply --server-side -f -\n  tfjob-operator run --namespace ml --threads 4 --metrics-addr 0.0.0.0:8080\n  tfjob-operator policy test --policy default --hook classify --input pod.yaml"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -32,6 +31,9 @@ pub enum Command {
         after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --threads 8 --metrics-addr 127.0.0.1:9090"
     )]
     Run(RunArgs),
+    /// Test, inspect and package policies.
+    #[command(subcommand)]
+    Policy(crate::policy_cmd::PolicyCommand),
 }
 
 /// Output formats of `render`.
@@ -52,6 +54,11 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
     pub output: OutputFormat,
+    #[command(flatten)]
+    pub policies: crate::policy_setup::PolicyArgs,
+    /// Print the pods as the operator builds them, before any policy.
+    #[arg(long, conflicts_with_all = ["policy_dir", "policy_config"])]
+    pub no_policies: bool,
 }
 
 #[derive(Debug, Args)]
@@ -74,4 +81,6 @@ pub struct RunArgs {
     /// Log output as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+    #[command(flatten)]
+    pub policies: crate::policy_setup::PolicyArgs,
 }

@@ -2,6 +2,8 @@
 //! subcommand modules; errors are reported here, at the binary's edge.
 
 mod cli;
+mod policy_cmd;
+mod policy_setup;
 mod render;
 mod run;
 
@@ -17,6 +19,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         cli::Command::Render(args) => render::main(&args),
+        cli::Command::Policy(cmd) => policy_cmd::main(cmd),
         cli::Command::Run(args) => match run::main(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

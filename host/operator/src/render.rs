@@ -11,10 +11,11 @@ use serde::Serialize;
 use tfjob_api::TFJob;
 use tfjob_api::parse::parse_tfjob_documents;
 use tfjob_api::validation::validate;
-use tfjob_planner::native::NativePolicies;
-use tfjob_planner::{PlanInput, Settings, plan};
+use tfjob_planner::{PlanInput, PodPolicies, Settings, plan};
+use tfjob_policy_engine::SandboxLimits;
 
 use crate::cli::{OutputFormat, RenderArgs};
+use crate::policy_setup::{Policies, no_policies};
 
 /// Exit status for input that is not a valid TFJob.
 const INVALID_INPUT: u8 = 2;
@@ -28,7 +29,18 @@ pub fn main(args: &RenderArgs) -> ExitCode {
             return ExitCode::from(INVALID_INPUT);
         }
     };
-    match render(&text, args) {
+    let policies = if args.no_policies {
+        no_policies()
+    } else {
+        match Policies::load(&args.policies, SandboxLimits::default()) {
+            Ok(p) => p.seam(),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(INVALID_INPUT);
+            }
+        }
+    };
+    match render(&text, args, policies.as_ref()) {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS
@@ -61,7 +73,11 @@ enum Object {
 }
 
 /// Renders every job of `text`; all problems of all documents, or the objects.
-fn render(text: &str, args: &RenderArgs) -> Result<String, Vec<String>> {
+fn render(
+    text: &str,
+    args: &RenderArgs,
+    policies: &dyn PodPolicies,
+) -> Result<String, Vec<String>> {
     let mut problems = Vec::new();
     let mut objects = Vec::new();
     let documents = parse_tfjob_documents(text);
@@ -71,7 +87,7 @@ fn render(text: &str, args: &RenderArgs) -> Result<String, Vec<String>> {
     for (i, doc) in documents.into_iter().enumerate() {
         match doc {
             Err(e) => problems.push(e.to_string()),
-            Ok(job) => match render_job(job, args) {
+            Ok(job) => match render_job(job, args, policies) {
                 Ok(mut objs) => objects.append(&mut objs),
                 Err(mut errs) => {
                     problems.extend(errs.drain(..).map(|e| format!("document {}: {e}", i + 1)))
@@ -97,7 +113,11 @@ fn render(text: &str, args: &RenderArgs) -> Result<String, Vec<String>> {
     })
 }
 
-fn render_job(mut job: TFJob, args: &RenderArgs) -> Result<Vec<Object>, Vec<String>> {
+fn render_job(
+    mut job: TFJob,
+    args: &RenderArgs,
+    policies: &dyn PodPolicies,
+) -> Result<Vec<Object>, Vec<String>> {
     if let Err(errors) = validate(&job) {
         return Err(errors.0.iter().map(ToString::to_string).collect());
     }
@@ -108,14 +128,13 @@ fn render_job(mut job: TFJob, args: &RenderArgs) -> Result<Vec<Object>, Vec<Stri
     let settings = Settings {
         cluster_domain: args.cluster_domain.clone(),
     };
-    let policies = NativePolicies::default();
     let input = PlanInput {
         job: &job,
         pods: &[],
         services: &[],
         now: jiff::Timestamp::now(),
         settings: &settings,
-        policies: &policies,
+        policies,
     };
     let plan = plan(&input).map_err(|e| vec![e.to_string()])?;
     let mut objects = Vec::new();

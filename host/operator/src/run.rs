@@ -1,15 +1,14 @@
 //! `tfjob-operator run`: connect to the cluster and run the controller until SIGTERM or SIGINT.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tfjob_planner::Settings;
-use tfjob_planner::native::NativePolicies;
+use tfjob_policy_engine::SandboxLimits;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::RunArgs;
+use crate::policy_setup::Policies;
 
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
@@ -21,6 +20,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let limits = SandboxLimits {
+        // Room for every concurrent reconcile to evaluate at once.
+        concurrency: u32::from(args.threads) * 2,
+        ..SandboxLimits::default()
+    };
+    let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let client = client(&args).await?;
     let config = tfjob_controller::Config {
         namespace: args.namespace.clone(),
@@ -29,7 +34,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings: Settings {
             cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
         },
-        policies: Arc::new(NativePolicies::default()),
+        policies: policies.seam(),
         instance: std::env::var("POD_NAME").ok(),
     };
     tfjob_controller::run(client, config, shutdown_signal())

@@ -575,10 +575,9 @@ impl<'a, 'i> Planner<'a, 'i> {
         if let (Some(ads), Some(start)) = (
             job.run_policy.active_deadline_seconds,
             self.status.start_time.clone(),
-        ) {
-            if let Some(deadline) = later(start.0, ads) {
-                self.requeue(until(self.now(), deadline));
-            }
+        ) && let Some(deadline) = later(start.0, ads)
+        {
+            self.requeue(until(self.now(), deadline));
         }
         if pending {
             self.requeue(PENDING_RECHECK);

@@ -234,12 +234,16 @@ impl PolicyEngine {
     }
 
     /// Runs `call` against a fresh instance of `policy` in a fresh store: the store is dropped
-    /// afterwards, so a trap never poisons a later evaluation.
+    /// afterwards, so a trap never poisons a later evaluation. A guest that reports an error
+    /// after the memory cap refused it memory gets category `memory`, as one that trapped does.
     fn evaluate<R>(
         &self,
         policy: &CompiledPolicy,
         name: &str,
-        call: impl FnOnce(&mut Store<Sandbox>, &Instance) -> wasmtime::Result<R>,
+        call: impl FnOnce(
+            &mut Store<Sandbox>,
+            &Instance,
+        ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
     ) -> Result<R, EvalError> {
         let mut store = Store::new(
             &self.engine,
@@ -259,7 +263,19 @@ impl PolicyEngine {
             .instantiate(&mut store)
             .and_then(|instance| call(&mut store, &instance));
         store.data().flush_output();
-        result.map_err(|e| self.categorise(&e, &store))
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(reported)) if store.data().limiter.was_hit() => Err(EvalError::new(
+                Category::Memory,
+                format!(
+                    "memory limit of {} bytes exceeded: {}",
+                    self.limits.memory,
+                    guest_error(reported).message
+                ),
+            )),
+            Ok(Err(reported)) => Err(guest_error(reported)),
+            Err(e) => Err(self.categorise(&e, &store)),
+        }
     }
 
     fn categorise(&self, error: &wasmtime::Error, store: &Store<Sandbox>) -> EvalError {
@@ -326,15 +342,14 @@ impl PolicyEngine {
                 ))
             };
         };
-        let verdict = self.evaluate(policy, name, |store, instance| {
-            indices
+        self.evaluate(policy, name, |store, instance| {
+            let verdict = indices
                 .load(&mut *store, instance)?
-                .call_validate_settings(&mut *store, settings)
-        })?;
-        verdict.map_err(|reason| {
-            let mut reason = reason;
-            reason.truncate(self.limits.max_output.min(4096));
-            EvalError::new(Category::Settings, reason)
+                .call_validate_settings(&mut *store, settings)?;
+            Ok(verdict.map_err(|mut reason| {
+                reason.truncate(4096);
+                bindings::PolicyError::InvalidSettings(reason)
+            }))
         })
     }
 
@@ -354,7 +369,6 @@ impl PolicyEngine {
                 .load(&mut *store, instance)?
                 .call_decorate_pod(&mut *store, ctx, settings, pod)
         })?;
-        let out = out.map_err(guest_error)?;
         self.check_output("decorated pod", out.len())?;
         Ok(out)
     }
@@ -376,7 +390,6 @@ impl PolicyEngine {
                 .load(&mut *store, instance)?
                 .call_override_resources(&mut *store, ctx, settings, container, requirements)
         })?;
-        let out = out.map_err(guest_error)?;
         self.check_output("resources", out.len())?;
         Ok(out)
     }
@@ -393,7 +406,7 @@ impl PolicyEngine {
     ) -> Result<bindings::Verdict, EvalError> {
         let indices = hook(&policy.classify, Hook::Classify)?;
         self.check_input("pod", pod)?;
-        let out = self.evaluate(policy, name, |store, instance| {
+        let verdict = self.evaluate(policy, name, |store, instance| {
             indices.load(&mut *store, instance)?.call_classify_pod(
                 &mut *store,
                 ctx,
@@ -402,7 +415,6 @@ impl PolicyEngine {
                 now,
             )
         })?;
-        let verdict = out.map_err(guest_error)?;
         self.check_output("verdict", verdict.reason.len() + verdict.message.len())?;
         Ok(verdict)
     }

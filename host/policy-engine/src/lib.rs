@@ -8,6 +8,7 @@
 
 pub mod bindings;
 pub mod config;
+pub mod defaults;
 pub mod engine;
 pub mod error;
 pub mod guard;

@@ -1,0 +1,67 @@
+//! Assembling the operator's policies from its flags: the embedded defaults (with
+//! `--policy-config` overrides), plus `--policy-dir` policies, in one registry snapshot.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use tfjob_planner::PodPolicies;
+use tfjob_planner::native::NativePolicies;
+use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
+use tfjob_policy_engine::{
+    PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
+};
+
+/// Flags that choose the policies.
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    /// Directory of `NAME.wasm` policies, each with a manifest `NAME.yaml`.
+    #[arg(long, value_name = "DIR")]
+    pub policy_dir: Option<PathBuf>,
+    /// YAML file overriding the default policies' settings, failure policy or order.
+    #[arg(long, value_name = "FILE")]
+    pub policy_config: Option<PathBuf>,
+}
+
+/// The engine and the registry behind the operator's policies.
+pub struct Policies {
+    pub engine: Arc<PolicyEngine>,
+    pub registry: Arc<Registry>,
+}
+
+impl Policies {
+    /// Loads the defaults and the configured policies. Any failure is reported with the file
+    /// and field; nothing is half-loaded.
+    pub fn load(args: &PolicyArgs, limits: SandboxLimits) -> anyhow::Result<Policies> {
+        let engine = Arc::new(PolicyEngine::new(limits)?);
+        let config = match &args.policy_config {
+            Some(path) => load_policy_config(path)?,
+            None => PolicyConfig::default(),
+        };
+        let mut active = defaults::load_defaults(&engine, &config).with_context(|| match &args
+            .policy_config
+        {
+            Some(p) => format!("loading the default policies with {}", p.display()),
+            None => "loading the default policies".to_owned(),
+        })?;
+        if let Some(dir) = &args.policy_dir {
+            active.extend(load_policy_dir(&engine, dir)?);
+        }
+        let registry = Arc::new(Registry::new(PolicySet::new(active)));
+        Ok(Policies { engine, registry })
+    }
+
+    /// The planner's seam over these policies.
+    pub fn seam(&self) -> Arc<dyn PodPolicies> {
+        Arc::new(WasmPolicies::new(
+            Arc::clone(&self.engine),
+            Arc::clone(&self.registry),
+        ))
+    }
+}
+
+/// The seam without any policy: pods as built, native classification.
+pub fn no_policies() -> Arc<dyn PodPolicies> {
+    Arc::new(NativePolicies::default())
+}

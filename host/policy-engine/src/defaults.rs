@@ -1,0 +1,107 @@
+//! The default policies, built from `guest-policies/` and embedded in the operator.
+//!
+//! They are ordinary policies: loaded through the same activation path (compile, export
+//! check, settings validation) and run in the same sandbox as any platform team's policy. A
+//! `--policy-config` file overrides their settings, failure policy and order; a configured
+//! policy with a default's name replaces that default.
+
+use crate::engine::{Hook, PolicyEngine};
+use crate::error::{Category, EvalError};
+use crate::local::PolicyConfig;
+use crate::registry::{ActivePolicy, PolicyManifest, activate};
+
+/// One embedded default policy.
+#[derive(Clone, Copy, Debug)]
+pub struct DefaultPolicy {
+    pub name: &'static str,
+    pub hook: Hook,
+    pub wasm: &'static [u8],
+}
+
+/// The default policies, in evaluation order.
+pub const DEFAULTS: [DefaultPolicy; 3] = [
+    DefaultPolicy {
+        name: "default-decorate",
+        hook: Hook::Decorate,
+        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_decorate.wasm")),
+    },
+    DefaultPolicy {
+        name: "default-resources",
+        hook: Hook::Resources,
+        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_resources.wasm")),
+    },
+    DefaultPolicy {
+        name: "default-classify",
+        hook: Hook::Classify,
+        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_classify.wasm")),
+    },
+];
+
+/// A policy built only to test the sandbox: its settings `{"mode": ...}` pick a hostile
+/// behaviour (infinite loop, memory bomb, oversized output, panic, file/env/network access,
+/// forbidden pod changes). Never loaded by the operator.
+#[doc(hidden)]
+pub const HOSTILE_POLICY_WASM: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_hostile_policy.wasm"));
+
+/// The default policy of that name.
+pub fn find(name: &str) -> Option<&'static DefaultPolicy> {
+    DEFAULTS.iter().find(|d| d.name == name)
+}
+
+/// The default policy for a hook.
+pub fn for_hook(hook: Hook) -> &'static DefaultPolicy {
+    DEFAULTS
+        .iter()
+        .find(|d| d.hook == hook)
+        .expect("every hook has a default")
+}
+
+/// The default manifest of `d`: its own hook, order 0, failure policy `Fail`, empty settings.
+pub fn manifest(d: &DefaultPolicy) -> PolicyManifest {
+    PolicyManifest {
+        name: d.name.to_owned(),
+        hooks: vec![d.hook],
+        order: 0,
+        failure_policy: Default::default(),
+        settings: serde_json::json!({}),
+        allowed_paths: Vec::new(),
+    }
+}
+
+/// Activates every default policy with `config` applied. An override for a name that is not a
+/// default policy is an error naming it.
+pub fn load_defaults(
+    engine: &PolicyEngine,
+    config: &PolicyConfig,
+) -> Result<Vec<ActivePolicy>, EvalError> {
+    if let Some(unknown) = config.keys().find(|k| find(k).is_none()) {
+        let names: Vec<&str> = DEFAULTS.iter().map(|d| d.name).collect();
+        return Err(EvalError::new(
+            Category::Settings,
+            format!(
+                "policy config names {unknown:?}, which is not a default policy ({})",
+                names.join(", ")
+            ),
+        ));
+    }
+    DEFAULTS
+        .iter()
+        .map(|d| {
+            let mut m = manifest(d);
+            if let Some(o) = config.get(d.name) {
+                if let Some(settings) = &o.settings {
+                    m.settings = settings.clone();
+                }
+                if let Some(fp) = o.failure_policy {
+                    m.failure_policy = fp;
+                }
+                if let Some(order) = o.order {
+                    m.order = order;
+                }
+            }
+            activate(engine, m, d.wasm)
+                .map_err(|e| EvalError::new(e.category, format!("{}: {}", d.name, e.message)))
+        })
+        .collect()
+}

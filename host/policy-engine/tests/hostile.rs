@@ -1,0 +1,309 @@
+//! Hostile guests through the real sandbox: a policy cannot hang, exhaust memory, flood the
+//! operator with output, crash it, reach files, environment or network, or change a forbidden
+//! pod field; and the engine keeps serving other policies afterwards.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+use tfjob_planner::{PodContext, PodPolicies};
+use tfjob_policy_engine::bindings::JobContext;
+use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
+use tfjob_policy_engine::policies::job_context;
+use tfjob_policy_engine::{
+    Category, CompiledPolicy, Hook, PolicyEngine, PolicyManifest, PolicySet, Registry,
+    SandboxLimits, WasmPolicies, activate, defaults,
+};
+
+fn engine() -> &'static Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Arc::new(PolicyEngine::new(SandboxLimits::default()).expect("engine starts"))
+    })
+}
+
+/// An engine with a long deadline, for limits that must trip on their own account rather than
+/// on the clock (filling 64 MiB or building 16 MiB takes a guest longer than 50 ms).
+fn patient_engine() -> &'static PolicyEngine {
+    static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        PolicyEngine::new(SandboxLimits {
+            deadline: std::time::Duration::from_secs(30),
+            ..SandboxLimits::default()
+        })
+        .expect("engine starts")
+    })
+}
+
+fn patient_decorate(mode: &str) -> Result<String, tfjob_policy_engine::EvalError> {
+    let e = patient_engine();
+    let policy = e.compile(HOSTILE_POLICY_WASM).unwrap();
+    e.decorate(
+        &policy,
+        "hostile",
+        &wit_ctx(),
+        &settings(mode),
+        &pod().to_string(),
+    )
+}
+
+fn hostile() -> Arc<CompiledPolicy> {
+    engine()
+        .compile(HOSTILE_POLICY_WASM)
+        .expect("hostile policy compiles")
+}
+
+fn ctx() -> PodContext {
+    PodContext {
+        job_name: "mnist".into(),
+        namespace: "ml".into(),
+        job_uid: "uid".into(),
+        job_labels: BTreeMap::new(),
+        job_annotations: BTreeMap::new(),
+        replica_type: "Worker".into(),
+        replica_index: 0,
+        replica_count: 1,
+        attempt: 0,
+    }
+}
+
+fn wit_ctx() -> JobContext {
+    job_context(&ctx())
+}
+
+fn pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "mnist-worker-0", "namespace": "ml"},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf:2"}]},
+        "status": {"phase": "Running"}
+    })
+}
+
+fn settings(mode: &str) -> String {
+    json!({ "mode": mode }).to_string()
+}
+
+fn decorate(mode: &str) -> Result<String, tfjob_policy_engine::EvalError> {
+    engine().decorate(
+        &hostile(),
+        "hostile",
+        &wit_ctx(),
+        &settings(mode),
+        &pod().to_string(),
+    )
+}
+
+#[test]
+fn an_infinite_loop_is_stopped_by_the_deadline() {
+    let started = Instant::now();
+    let err = decorate("loop").unwrap_err();
+    assert_eq!(err.category, Category::Timeout, "{err}");
+    // Not a performance assertion: without a working deadline the call would never return.
+    // The bound is generous so a loaded machine cannot make it flaky.
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "took {:?}",
+        started.elapsed()
+    );
+    let err = engine()
+        .classify(
+            &hostile(),
+            "hostile",
+            &wit_ctx(),
+            &settings("loop"),
+            &pod().to_string(),
+            "2026-01-01T00:00:00Z",
+        )
+        .unwrap_err();
+    assert_eq!(err.category, Category::Timeout);
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_cap() {
+    let err = patient_decorate("memory").unwrap_err();
+    assert_eq!(err.category, Category::Memory, "{err}");
+    assert!(
+        err.message.contains("memory limit of 67108864 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_output_is_rejected() {
+    let err = patient_decorate("big-output").unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    assert!(err.message.contains("output limit"), "{err}");
+}
+
+#[test]
+fn a_panic_is_a_trap_not_a_crash() {
+    let err = decorate("panic").unwrap_err();
+    assert_eq!(err.category, Category::Trap, "{err}");
+}
+
+/// What the hostile guest reported about an attempt, in the annotation it adds.
+fn reported(mode: &str) -> String {
+    let out: Value =
+        serde_json::from_str(&decorate(mode).expect("the guest reports instead of failing"))
+            .unwrap();
+    out["metadata"]["annotations"][format!("hostile/{mode}")]
+        .as_str()
+        .unwrap_or_else(|| panic!("no report in {out}"))
+        .to_owned()
+}
+
+#[test]
+fn files_environment_and_network_are_out_of_reach() {
+    let file = reported("read-file");
+    assert!(file.starts_with("denied"), "reading /etc/passwd: {file}");
+    let env = reported("env");
+    assert_eq!(env, "count=0 visible=false", "environment");
+    let net = reported("network");
+    assert!(net.starts_with("error: "), "network: {net}");
+}
+
+fn hostile_decorator(mode: &str, allowed_paths: Vec<String>) -> WasmPolicies {
+    let manifest = PolicyManifest {
+        name: format!("hostile-{mode}"),
+        hooks: vec![Hook::Decorate],
+        order: 0,
+        failure_policy: Default::default(),
+        settings: json!({ "mode": mode }),
+        allowed_paths,
+    };
+    let active =
+        activate(engine(), manifest, HOSTILE_POLICY_WASM).expect("hostile policy activates");
+    WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    )
+}
+
+fn base_pod() -> Pod {
+    serde_json::from_value(pod()).unwrap()
+}
+
+#[test]
+fn the_guard_rejects_forbidden_changes_naming_policy_and_path() {
+    for (mode, path) in [
+        ("change-image", "spec.containers[0].image"),
+        ("privileged", "spec.containers[0].securityContext"),
+        ("host-path", "hostPath"),
+    ] {
+        let err = hostile_decorator(mode, vec![])
+            .shape_pod(&ctx(), base_pod())
+            .unwrap_err();
+        assert_eq!(err.category, Category::GuardViolation, "{mode}: {err}");
+        assert!(err.policy.starts_with(&format!("hostile-{mode}@")), "{err}");
+        assert!(err.message.contains(path), "{mode}: {err}");
+    }
+    // A host path volume passes once the manifest allows it.
+    let shaped = hostile_decorator("host-path", vec!["spec.volumes[*].hostPath".into()])
+        .shape_pod(&ctx(), base_pod())
+        .expect("allowed explicitly");
+    assert!(
+        shaped
+            .pod
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap()
+            .iter()
+            .any(|v| v.host_path.is_some())
+    );
+}
+
+#[test]
+fn ignore_failure_policy_skips_a_broken_policy() {
+    let manifest = PolicyManifest {
+        name: "flaky".into(),
+        hooks: vec![Hook::Decorate],
+        order: 0,
+        failure_policy: tfjob_policy_engine::FailurePolicy::Ignore,
+        settings: json!({"mode": "panic"}),
+        allowed_paths: vec![],
+    };
+    let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap();
+    let policies = WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    );
+    let shaped = policies
+        .shape_pod(&ctx(), base_pod())
+        .expect("ignored, not fatal");
+    assert!(shaped.applied.is_empty());
+    assert_eq!(shaped.skipped.len(), 1);
+    assert_eq!(shaped.skipped[0].category, Category::Trap);
+    assert_eq!(shaped.pod, base_pod());
+}
+
+#[test]
+fn the_engine_keeps_serving_after_hostile_calls() {
+    for mode in ["loop", "memory", "panic", "big-output"] {
+        assert!(decorate(mode).is_err());
+    }
+    // The same engine, the same compiled module, a well-behaved call.
+    let out: Value = serde_json::from_str(&decorate("ok").unwrap()).unwrap();
+    assert_eq!(out["spec"], pod()["spec"]);
+    // And the default policies still run.
+    let d = defaults::for_hook(Hook::Classify);
+    let compiled = engine().compile(d.wasm).unwrap();
+    let verdict = engine()
+        .classify(
+            &compiled,
+            d.name,
+            &wit_ctx(),
+            "{}",
+            &pod().to_string(),
+            "2026-01-01T00:00:00Z",
+        )
+        .unwrap();
+    assert_eq!(verdict.phase, tfjob_policy_engine::bindings::Phase::Running);
+}
+
+#[test]
+fn modules_that_are_not_policies_are_link_errors() {
+    let err = engine().compile(b"not wasm at all").unwrap_err();
+    assert_eq!(err.category, Category::Link);
+    let manifest = PolicyManifest {
+        name: "wrong-hook".into(),
+        hooks: vec![Hook::Decorate],
+        order: 0,
+        failure_policy: Default::default(),
+        settings: json!({}),
+        allowed_paths: vec![],
+    };
+    let err = activate(engine(), manifest, defaults::for_hook(Hook::Classify).wasm).unwrap_err();
+    assert_eq!(err.category, Category::Link);
+    assert!(err.message.contains("tfjob:policy/decorate@0.1.0"), "{err}");
+}
+
+#[test]
+fn settings_are_validated_before_activation() {
+    let manifest = PolicyManifest {
+        name: "bad-mode".into(),
+        hooks: vec![Hook::Decorate],
+        order: 0,
+        failure_policy: Default::default(),
+        settings: json!({"mode": "teleport"}),
+        allowed_paths: vec![],
+    };
+    let err = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
+    assert_eq!(err.category, Category::Settings);
+    assert!(err.message.contains("mode"), "{err}");
+}
+
+#[test]
+fn other_evaluations_carry_on_while_one_policy_loops() {
+    let looping = std::thread::spawn(|| decorate("loop"));
+    for _ in 0..5 {
+        assert!(decorate("ok").is_ok());
+    }
+    assert_eq!(
+        looping.join().unwrap().unwrap_err().category,
+        Category::Timeout
+    );
+}
