@@ -57,15 +57,48 @@ pub fn for_hook(hook: Hook) -> &'static DefaultPolicy {
         .expect("every hook has a default")
 }
 
-/// The default manifest of `d`: its own hook, order 0, failure policy `Fail`, empty settings.
+/// The host directory with the NVIDIA driver on GPU nodes (GKE's layout), mounted into GPU
+/// containers by the default decoration.
+pub const NVIDIA_DRIVER_HOST_PATH: &str = "/home/kubernetes/bin/nvidia";
+
+/// The settings the operator runs a default policy with when `--policy-config` gives none:
+/// GPU containers get the driver mount and the GPU toleration; everything else uses the
+/// policy's own defaults. A `--policy-config` entry replaces the whole document.
+pub fn default_settings(d: &DefaultPolicy) -> serde_json::Value {
+    match d.hook {
+        Hook::Decorate => serde_json::json!({
+            "accelerators": {
+                "nvidia.com/gpu": {
+                    "volumes": [{
+                        "name": "nvidia-driver",
+                        "hostPath": NVIDIA_DRIVER_HOST_PATH,
+                        "mountPath": "/usr/local/nvidia"
+                    }],
+                    "envVars": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+                }
+            },
+            "resourceTolerations": {
+                "nvidia.com/gpu": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            }
+        }),
+        Hook::Resources | Hook::Classify => serde_json::json!({}),
+    }
+}
+
+/// The default manifest of `d`: its own hook, order 0, failure policy `Fail`, the default
+/// settings; the decoration policy may add host path volumes (for accelerator drivers).
 pub fn manifest(d: &DefaultPolicy) -> PolicyManifest {
+    let allowed_paths = match d.hook {
+        Hook::Decorate => vec![crate::guard::HOST_PATH.to_owned()],
+        Hook::Resources | Hook::Classify => Vec::new(),
+    };
     PolicyManifest {
         name: d.name.to_owned(),
         hooks: vec![d.hook],
         order: 0,
         failure_policy: Default::default(),
-        settings: serde_json::json!({}),
-        allowed_paths: Vec::new(),
+        settings: default_settings(d),
+        allowed_paths,
     }
 }
 
