@@ -67,3 +67,60 @@ async fn readyz(State(e): State<Endpoint>) -> impl IntoResponse {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn endpoint() -> (Endpoint, crate::metrics::Metrics) {
+        let mut registry = Registry::default();
+        let metrics = crate::metrics::Metrics::register(&mut registry);
+        (
+            Endpoint {
+                registry: Arc::new(registry),
+                ready: Arc::new(AtomicBool::new(false)),
+            },
+            metrics,
+        )
+    }
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics() {
+        let (e, metrics) = endpoint();
+        metrics.transition("ml", tfjob_planner::Transition::Succeeded);
+        assert_eq!(
+            get(router(e.clone()), "/healthz").await,
+            (StatusCode::OK, "ok".into())
+        );
+        assert_eq!(
+            get(router(e.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        e.ready.store(true, Ordering::Release);
+        assert_eq!(get(router(e.clone()), "/readyz").await.0, StatusCode::OK);
+        let (status, body) = get(router(e), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains(
+                r#"training_operator_jobs_successful_total{job_namespace="ml",framework="tensorflow"} 1"#
+            ),
+            "{body}"
+        );
+        assert!(body.ends_with("# EOF\n"));
+    }
+}
