@@ -359,3 +359,47 @@ async fn api_errors_fail_the_reconcile_with_the_api_category() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn an_unreadable_job_is_reported_once_and_skipped() {
+    use kube::core::error_boundary::InvalidObject;
+    let mut f = fixture();
+    let invalid = InvalidObject {
+        error: "spec.tfReplicaSpecs.Worker.restartPolicy: unknown variant `Sometimes`".into(),
+        metadata: serde_json::from_value(json!({
+            "name": "broken", "namespace": "ml", "uid": "u-1", "resourceVersion": "3"
+        }))
+        .unwrap(),
+    };
+    let guard = Arc::new(DeserializeGuard::<TFJob>(Err(invalid)));
+    let ctx = Arc::clone(&f.ctx);
+    let first = tokio::spawn({
+        let guard = Arc::clone(&guard);
+        let ctx = Arc::clone(&ctx);
+        async move { reconcile(guard, ctx).await }
+    });
+    let (event, send) = expect(
+        &mut f.handle,
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/ml/events",
+    )
+    .await;
+    assert_eq!(event["reason"], "InvalidTFJob");
+    assert_eq!(event["regarding"]["name"], "broken");
+    assert!(
+        event["note"].as_str().unwrap().contains("restartPolicy"),
+        "{event}"
+    );
+    respond(send, StatusCode::CREATED, &event);
+    assert_eq!(first.await.unwrap().unwrap(), Action::await_change());
+
+    // The same version again: nothing is sent, the watch goes on.
+    let again = reconcile(guard, ctx).await.unwrap();
+    assert_eq!(again, Action::await_change());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), f.handle.next_request())
+            .await
+            .is_err(),
+        "the same unreadable version is reported once"
+    );
+}

@@ -176,3 +176,51 @@ impl Registry {
         self.current.store(Arc::new(set));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SandboxLimits;
+    use crate::defaults::{DEFAULTS, manifest};
+
+    fn active(engine: &PolicyEngine, name: &str, order: i32, hook_of: usize) -> ActivePolicy {
+        let d = &DEFAULTS[hook_of];
+        let mut m = manifest(d);
+        m.name = name.into();
+        m.order = order;
+        activate(engine, m, d.wasm).unwrap()
+    }
+
+    #[test]
+    fn sets_order_by_order_then_name_and_later_names_replace_earlier() {
+        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
+        let set = PolicySet::new([
+            active(&engine, "b", 5, 0),
+            active(&engine, "a", 5, 0),
+            active(&engine, "z", -1, 0),
+            active(&engine, "a", 7, 0),
+            active(&engine, "classify", 0, 2),
+        ]);
+        let decorate: Vec<(&str, i32)> = set
+            .for_hook(Hook::Decorate)
+            .map(|p| (p.name(), p.manifest.order))
+            .collect();
+        assert_eq!(decorate, vec![("z", -1), ("b", 5), ("a", 7)]);
+        assert_eq!(set.for_hook(Hook::Classify).count(), 1);
+        assert!(set.get("classify").is_some());
+    }
+
+    #[test]
+    fn a_snapshot_outlives_a_swap() {
+        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
+        let registry = Registry::new(PolicySet::new([active(&engine, "old", 0, 0)]));
+        let before = registry.snapshot();
+        registry.swap(PolicySet::new([active(&engine, "new", 0, 0)]));
+        assert!(
+            before.get("old").is_some(),
+            "an evaluation in flight keeps its set"
+        );
+        let after = registry.snapshot();
+        assert!(after.get("new").is_some() && after.get("old").is_none());
+    }
+}
