@@ -1,0 +1,13 @@
+//! An embedded Kubernetes API server for development and end-to-end tests.
+//!
+//! No real API server can run on the development and CI machines, so the project brings its
+//! own: an in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks
+//! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
+//! HTTP front.
+
+pub mod error;
+pub mod selector;
+pub mod store;
+
+pub use error::ApiError;
+pub use store::{ResourceType, Store};

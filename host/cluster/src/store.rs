@@ -1,0 +1,839 @@
+//! The object store behind the embedded API server: every object as JSON, one global
+//! resourceVersion counter, a bounded history of changes for watches, and the server-side rules
+//! clients rely on: uid and creationTimestamp on create, `AlreadyExists`, optimistic concurrency
+//! (`Conflict` on a stale resourceVersion), spec/status isolation with a status subresource,
+//! `metadata.generation` bumped on spec changes, finalizers and deletionTimestamp, and
+//! ownerReference garbage collection.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use crate::error::ApiError;
+
+/// A served resource type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group; empty for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub short_names: Vec<String>,
+    pub namespaced: bool,
+    /// Whether `status` is a subresource (and ignored by updates of the main resource).
+    pub status: bool,
+    /// `additionalPrinterColumns` of a CRD, for `kubectl get` tables.
+    pub printer_columns: Vec<Value>,
+    /// The CRD's OpenAPI schema, if any.
+    pub schema: Option<Value>,
+}
+
+impl ResourceType {
+    /// A resource type of the core or a named group with no printer columns or schema.
+    pub fn new(
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        status: bool,
+    ) -> ResourceType {
+        ResourceType {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_ascii_lowercase(),
+            short_names: Vec::new(),
+            namespaced,
+            status,
+            printer_columns: Vec::new(),
+            schema: None,
+        }
+    }
+
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The store's key for the type: `group/plural`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+}
+
+/// The built-in resource types.
+pub fn builtin_types() -> Vec<ResourceType> {
+    vec![
+        ResourceType::new("", "v1", "Namespace", "namespaces", false, true),
+        ResourceType::new("", "v1", "Node", "nodes", false, true),
+        ResourceType::new("", "v1", "Pod", "pods", true, true),
+        ResourceType::new("", "v1", "Service", "services", true, true),
+        ResourceType::new("", "v1", "ConfigMap", "configmaps", true, false),
+        ResourceType::new("", "v1", "Event", "events", true, false),
+        ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false),
+        ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+        ResourceType::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+            true,
+        ),
+    ]
+}
+
+/// Kind of change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as a watch reports it.
+#[derive(Clone, Debug)]
+pub struct WatchEvent {
+    pub rv: u64,
+    /// `group/plural` of the object.
+    pub resource: String,
+    pub namespace: String,
+    pub type_: EventType,
+    pub object: Value,
+}
+
+/// Admission check of a resource type: `Err(message)` rejects a create or update as `Invalid`.
+pub type Validator = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
+
+/// How a patch is applied.
+#[derive(Clone, Debug)]
+pub enum Patch {
+    /// JSON merge patch (RFC 7386); strategic merge patch is served with the same semantics.
+    Merge(Value),
+    /// JSON patch (RFC 6902).
+    Json(json_patch::Patch),
+    /// Server-side apply: merge semantics, the field manager recorded, creates when missing.
+    Apply { body: Value, manager: String },
+}
+
+/// Delete options.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// `Background` (default), `Foreground` or `Orphan`.
+    pub propagation: Option<String>,
+}
+
+/// Changes kept for watches that resume from an older resourceVersion.
+const HISTORY: usize = 50_000;
+
+type Key = (String, String, String);
+
+struct Inner {
+    rv: u64,
+    types: BTreeMap<String, ResourceType>,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<WatchEvent>,
+    /// The oldest resourceVersion a watch may resume from.
+    compacted: u64,
+    validators: HashMap<String, Validator>,
+}
+
+/// The object store. Every mutation happens under one lock and is broadcast while the lock is
+/// held, so watchers see changes in resourceVersion order with no gaps.
+pub struct Store {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<WatchEvent>,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string()
+}
+
+fn meta(obj: &Value, field: &str) -> Option<String> {
+    obj.get("metadata")?.get(field)?.as_str().map(str::to_owned)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}
+
+/// Everything but metadata and status: a change here bumps `metadata.generation`.
+fn spec_part(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    o
+}
+
+impl Store {
+    /// A store serving the built-in types.
+    pub fn new() -> Arc<Store> {
+        let (tx, _) = broadcast::channel(16_384);
+        let store = Store {
+            inner: Mutex::new(Inner {
+                rv: 1,
+                types: BTreeMap::new(),
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                compacted: 1,
+                validators: HashMap::new(),
+            }),
+            tx,
+        };
+        for t in builtin_types() {
+            store.register(t);
+        }
+        Arc::new(store)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Serves a resource type (as applying a CRD does).
+    pub fn register(&self, t: ResourceType) {
+        self.lock().types.insert(t.key(), t);
+    }
+
+    /// Installs the admission check of a resource type.
+    pub fn set_validator(&self, group: &str, plural: &str, v: Validator) {
+        self.lock()
+            .validators
+            .insert(format!("{group}/{plural}"), v);
+    }
+
+    /// The served type of `group`/`plural`.
+    pub fn resource(&self, group: &str, plural: &str) -> Option<ResourceType> {
+        self.lock().types.get(&format!("{group}/{plural}")).cloned()
+    }
+
+    /// Every served type.
+    pub fn types(&self) -> Vec<ResourceType> {
+        self.lock().types.values().cloned().collect()
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    fn record(
+        &self,
+        inner: &mut Inner,
+        t: &ResourceType,
+        ns: &str,
+        type_: EventType,
+        object: Value,
+    ) {
+        let event = WatchEvent {
+            rv: inner.rv,
+            resource: t.key(),
+            namespace: ns.to_owned(),
+            type_,
+            object,
+        };
+        inner.history.push_back(event.clone());
+        while inner.history.len() > HISTORY {
+            if let Some(old) = inner.history.pop_front() {
+                inner.compacted = old.rv;
+            }
+        }
+        // No receiver is not an error: nobody is watching.
+        let _ = self.tx.send(event);
+    }
+
+    fn key(t: &ResourceType, ns: Option<&str>, name: &str) -> Key {
+        let ns = if t.namespaced {
+            ns.unwrap_or("default")
+        } else {
+            ""
+        };
+        (t.key(), ns.to_owned(), name.to_owned())
+    }
+
+    fn validate(inner: &Inner, t: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+        match inner.validators.get(&t.key()) {
+            Some(v) => v(obj).map_err(|m| {
+                ApiError::invalid(format!(
+                    "{} \"{}\" is invalid: {m}",
+                    t.kind,
+                    meta(obj, "name").unwrap_or_default()
+                ))
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Creates an object.
+    pub fn create(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let mut inner = self.lock();
+        let name = match meta(&obj, "name").filter(|n| !n.is_empty()) {
+            Some(n) => n,
+            None => match meta(&obj, "generateName") {
+                Some(prefix) => format!(
+                    "{prefix}{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..5]
+                ),
+                None => {
+                    return Err(ApiError::invalid(format!(
+                        "{}: metadata.name: Required value",
+                        t.kind
+                    )));
+                }
+            },
+        };
+        let key = Self::key(t, ns, &name);
+        if inner.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(&t.plural, &name));
+        }
+        Self::validate(&inner, t, &obj)?;
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["apiVersion"] = json!(t.api_version());
+        obj["kind"] = json!(t.kind);
+        let m = meta_mut(&mut obj);
+        m.insert("name".into(), json!(name));
+        if t.namespaced {
+            m.insert("namespace".into(), json!(key.1));
+        } else {
+            m.remove("namespace");
+        }
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now()));
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert("generation".into(), json!(1));
+        m.remove("deletionTimestamp");
+        inner.objects.insert(key.clone(), obj.clone());
+        self.record(&mut inner, t, &key.1, EventType::Added, obj.clone());
+        Ok(obj)
+    }
+
+    /// Reads an object.
+    pub fn get(&self, t: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        self.lock()
+            .objects
+            .get(&Self::key(t, ns, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&t.plural, name))
+    }
+
+    /// Lists objects of a type (in one namespace, or all), with the list's resourceVersion.
+    pub fn list(&self, t: &ResourceType, ns: Option<&str>) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        let tk = t.key();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|((k, n, _), _)| {
+                *k == tk && (ns.is_none() || !t.namespaced || ns == Some(n.as_str()))
+            })
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Replaces an object (`PUT`), or only its status when `status_only`.
+    pub fn replace(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        status_only: bool,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        self.replace_locked(&mut inner, t, ns, name, body, status_only, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn replace_locked(
+        &self,
+        inner: &mut Inner,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        status_only: bool,
+        check_rv: bool,
+    ) -> Result<Value, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        let key = Self::key(t, ns, name);
+        let current = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&t.plural, name))?;
+        if let Some(body_name) = meta(&body, "name")
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name in the URL ({name})"
+            )));
+        }
+        let current_rv = meta(&current, "resourceVersion").unwrap_or_default();
+        if check_rv
+            && let Some(rv) = meta(&body, "resourceVersion").filter(|rv| !rv.is_empty())
+            && rv != current_rv
+        {
+            return Err(ApiError::conflict(format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                t.plural
+            )));
+        }
+        let mut next = if status_only {
+            let mut next = current.clone();
+            next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+            next
+        } else {
+            let mut next = body;
+            if t.status {
+                match current.get("status") {
+                    Some(s) => next["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = next.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            next
+        };
+        if !status_only {
+            Self::validate(inner, t, &next)?;
+        }
+        // Server-owned metadata survives any update.
+        let generation = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let bump = !status_only && spec_part(&current) != spec_part(&next);
+        {
+            let m = meta_mut(&mut next);
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "namespace",
+                "name",
+            ] {
+                match current.get("metadata").and_then(|cm| cm.get(field)) {
+                    Some(v) => m.insert(field.into(), v.clone()),
+                    None => m.remove(field),
+                };
+            }
+            m.insert("generation".into(), json!(generation + i64::from(bump)));
+        }
+        next["apiVersion"] = json!(t.api_version());
+        next["kind"] = json!(t.kind);
+        if next == {
+            let mut c = current.clone();
+            c["metadata"]["resourceVersion"] = next["metadata"]
+                .get("resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            c
+        } {
+            // A no-op update does not move the resourceVersion, as on a real server.
+            return Ok(current);
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
+        let finalized = next.pointer("/metadata/deletionTimestamp").is_some()
+            && next
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(|f| f.is_empty());
+        if finalized {
+            inner.objects.remove(&key);
+            self.record(inner, t, &key.1, EventType::Deleted, next.clone());
+            let uid = meta(&next, "uid").unwrap_or_default();
+            self.collect_dependents(inner, &uid, false);
+            return Ok(next);
+        }
+        inner.objects.insert(key.clone(), next.clone());
+        self.record(inner, t, &key.1, EventType::Modified, next.clone());
+        Ok(next)
+    }
+
+    /// Patches an object (or its status).
+    pub fn patch(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        patch: Patch,
+        status_only: bool,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        let key = Self::key(t, ns, name);
+        let Some(current) = inner.objects.get(&key).cloned() else {
+            if let Patch::Apply { body, manager } = patch {
+                drop(inner);
+                let mut body = with_manager(body, &manager);
+                meta_mut(&mut body).insert("name".into(), json!(name));
+                return self.create(t, ns, body);
+            }
+            return Err(ApiError::not_found(&t.plural, name));
+        };
+        let mut next = current.clone();
+        let check_rv = match patch {
+            Patch::Merge(p) => {
+                let check = p.pointer("/metadata/resourceVersion").is_some();
+                json_patch::merge(&mut next, &p);
+                check
+            }
+            Patch::Json(p) => {
+                json_patch::patch(&mut next, &p)
+                    .map_err(|e| ApiError::invalid(format!("json patch: {e}")))?;
+                false
+            }
+            Patch::Apply { body, manager } => {
+                json_patch::merge(&mut next, &body);
+                next = with_manager(next, &manager);
+                false
+            }
+        };
+        self.replace_locked(&mut inner, t, ns, name, next, status_only, check_rv)
+    }
+
+    /// Deletes an object: at once, or by setting deletionTimestamp while finalizers remain.
+    /// Dependents (by ownerReference uid) are deleted too unless propagation is `Orphan`;
+    /// with `Foreground` they go first.
+    pub fn delete(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
+        let mut inner = self.lock();
+        let key = Self::key(t, ns, name);
+        let current = inner
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&t.plural, name))?;
+        if let Some(uid) = &opts.uid
+            && meta(&current, "uid").as_ref() != Some(uid)
+        {
+            return Err(ApiError::conflict(format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta(&current, "uid").unwrap_or_default()
+            )));
+        }
+        if let Some(rv) = &opts.resource_version
+            && meta(&current, "resourceVersion").as_ref() != Some(rv)
+        {
+            return Err(ApiError::conflict(
+                "Precondition failed: resourceVersion mismatch",
+            ));
+        }
+        let uid = meta(&current, "uid").unwrap_or_default();
+        let propagation = opts.propagation.as_deref().unwrap_or("Background");
+        if propagation == "Foreground" {
+            self.collect_dependents(&mut inner, &uid, true);
+        }
+        let has_finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if current.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(current);
+            }
+            inner.rv += 1;
+            let rv = inner.rv;
+            let mut next = current;
+            let m = meta_mut(&mut next);
+            m.insert("deletionTimestamp".into(), json!(now()));
+            m.insert("resourceVersion".into(), json!(rv.to_string()));
+            inner.objects.insert(key.clone(), next.clone());
+            self.record(&mut inner, t, &key.1, EventType::Modified, next.clone());
+            return Ok(next);
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        let mut gone = inner.objects.remove(&key).expect("checked above");
+        meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.record(&mut inner, t, &key.1, EventType::Deleted, gone.clone());
+        if propagation != "Orphan" {
+            self.collect_dependents(&mut inner, &uid, false);
+        }
+        Ok(gone)
+    }
+
+    /// Deletes every object owned by `uid`, recursively (garbage collection).
+    fn collect_dependents(&self, inner: &mut Inner, uid: &str, _foreground: bool) {
+        if uid.is_empty() {
+            return;
+        }
+        let dependents: Vec<Key> = inner
+            .objects
+            .iter()
+            .filter(|(_, o)| {
+                o.pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+                    })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in dependents {
+            let Some(t) = inner.types.get(&key.0).cloned() else {
+                continue;
+            };
+            let Some(obj) = inner.objects.remove(&key) else {
+                continue;
+            };
+            inner.rv += 1;
+            let rv = inner.rv;
+            let mut gone = obj;
+            meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
+            let child_uid = meta(&gone, "uid").unwrap_or_default();
+            self.record(inner, &t, &key.1, EventType::Deleted, gone);
+            self.collect_dependents(inner, &child_uid, false);
+        }
+    }
+
+    /// Changes of `resource` (in `ns`, or all) after `since`, and a receiver for later ones.
+    /// `Gone` when `since` is older than the kept history.
+    pub fn watch(
+        &self,
+        resource: &str,
+        ns: Option<&str>,
+        since: u64,
+    ) -> Result<(Vec<WatchEvent>, broadcast::Receiver<WatchEvent>), ApiError> {
+        let inner = self.lock();
+        if since < inner.compacted {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {since} ({})",
+                inner.compacted
+            )));
+        }
+        let rx = self.tx.subscribe();
+        let past = inner
+            .history
+            .iter()
+            .filter(|e| {
+                e.rv > since && e.resource == resource && ns.is_none_or(|n| n == e.namespace)
+            })
+            .cloned()
+            .collect();
+        Ok((past, rx))
+    }
+
+    /// Every object of every type (for persistence).
+    pub fn snapshot(&self) -> (u64, Vec<(String, Value)>) {
+        let inner = self.lock();
+        (
+            inner.rv,
+            inner
+                .objects
+                .iter()
+                .map(|((t, _, _), v)| (t.clone(), v.clone()))
+                .collect(),
+        )
+    }
+
+    /// Restores objects saved by [`Store::snapshot`] (types must be registered first).
+    pub fn restore(&self, rv: u64, objects: Vec<(String, Value)>) {
+        let mut inner = self.lock();
+        for (tk, obj) in objects {
+            let Some(t) = inner.types.get(&tk).cloned() else {
+                continue;
+            };
+            let name = meta(&obj, "name").unwrap_or_default();
+            let ns = meta(&obj, "namespace");
+            inner
+                .objects
+                .insert(Self::key(&t, ns.as_deref(), &name), obj);
+        }
+        inner.rv = inner.rv.max(rv);
+        inner.compacted = inner.rv;
+    }
+}
+
+fn with_manager(mut obj: Value, manager: &str) -> Value {
+    let m = meta_mut(&mut obj);
+    let entry =
+        json!({"manager": manager, "operation": "Apply", "apiVersion": "v1", "time": now()});
+    let fields = m.entry("managedFields").or_insert_with(|| json!([]));
+    if let Some(list) = fields.as_array_mut() {
+        list.retain(|f| f.get("manager").and_then(Value::as_str) != Some(manager));
+        list.push(entry);
+    }
+    obj
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods(store: &Store) -> ResourceType {
+        store.resource("", "pods").unwrap()
+    }
+
+    fn pod(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    }
+
+    #[test]
+    fn create_sets_server_fields_and_refuses_duplicates() {
+        let s = Store::new();
+        let t = pods(&s);
+        let p = s.create(&t, Some("ns"), pod("a")).unwrap();
+        assert_eq!(p["metadata"]["namespace"], "ns");
+        assert_eq!(p["kind"], "Pod");
+        assert!(p["metadata"]["uid"].is_string());
+        assert_eq!(p["metadata"]["generation"], 1);
+        assert_eq!(
+            s.create(&t, Some("ns"), pod("a")).unwrap_err().reason,
+            "AlreadyExists"
+        );
+        assert_eq!(s.get(&t, Some("other"), "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn stale_resource_versions_conflict_and_status_is_isolated() {
+        let s = Store::new();
+        let t = pods(&s);
+        let p = s.create(&t, Some("ns"), pod("a")).unwrap();
+        let mut status = p.clone();
+        status["status"] = json!({"phase": "Running"});
+        status["spec"]["containers"][0]["image"] = json!("ignored");
+        let after = s.replace(&t, Some("ns"), "a", status, true).unwrap();
+        assert_eq!(after["status"]["phase"], "Running");
+        assert_eq!(
+            after["spec"]["containers"][0]["image"], "i",
+            "status writes leave the spec"
+        );
+        assert_eq!(after["metadata"]["generation"], 1);
+        // The original resourceVersion is stale now.
+        let mut update = p.clone();
+        update["spec"]["containers"][0]["image"] = json!("j");
+        assert_eq!(
+            s.replace(&t, Some("ns"), "a", update.clone(), false)
+                .unwrap_err()
+                .reason,
+            "Conflict"
+        );
+        update["metadata"]["resourceVersion"] = after["metadata"]["resourceVersion"].clone();
+        update["status"] = json!({"phase": "Failed"});
+        let updated = s.replace(&t, Some("ns"), "a", update, false).unwrap();
+        assert_eq!(
+            updated["metadata"]["generation"], 2,
+            "spec change bumps generation"
+        );
+        assert_eq!(
+            updated["status"]["phase"], "Running",
+            "updates leave the status"
+        );
+    }
+
+    #[test]
+    fn finalizers_hold_deletion_and_owners_take_dependents_along() {
+        let s = Store::new();
+        let t = pods(&s);
+        let cm = s.resource("", "configmaps").unwrap();
+        let owner = s
+            .create(
+                &cm,
+                Some("ns"),
+                json!({"metadata": {"name": "owner", "finalizers": ["x"]}}),
+            )
+            .unwrap();
+        let uid = owner["metadata"]["uid"].as_str().unwrap().to_owned();
+        let mut child = pod("child");
+        child["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]);
+        s.create(&t, Some("ns"), child).unwrap();
+        let held = s
+            .delete(&cm, Some("ns"), "owner", &DeleteOptions::default())
+            .unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+        assert!(s.get(&t, Some("ns"), "child").is_ok(), "owner not gone yet");
+        s.patch(
+            &cm,
+            Some("ns"),
+            "owner",
+            Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            false,
+        )
+        .unwrap();
+        assert_eq!(s.get(&cm, Some("ns"), "owner").unwrap_err().code, 404);
+        assert_eq!(
+            s.get(&t, Some("ns"), "child").unwrap_err().code,
+            404,
+            "garbage collected"
+        );
+    }
+
+    #[test]
+    fn delete_preconditions_and_watch_history() {
+        let s = Store::new();
+        let t = pods(&s);
+        let start = s.resource_version();
+        s.create(&t, Some("ns"), pod("a")).unwrap();
+        let opts = DeleteOptions {
+            uid: Some("someone-else".into()),
+            ..DeleteOptions::default()
+        };
+        assert_eq!(s.delete(&t, Some("ns"), "a", &opts).unwrap_err().code, 409);
+        s.delete(&t, Some("ns"), "a", &DeleteOptions::default())
+            .unwrap();
+        let (events, _) = s.watch(&t.key(), Some("ns"), start).unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| e.type_).collect();
+        assert_eq!(kinds, vec![EventType::Added, EventType::Deleted]);
+        assert!(
+            s.watch(&t.key(), None, 0).is_err(),
+            "older than the history"
+        );
+    }
+}
