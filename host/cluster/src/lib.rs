@@ -5,8 +5,10 @@
 //! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
 //! HTTP front.
 
+pub mod crd;
 pub mod error;
 pub mod selector;
+pub mod server;
 pub mod store;
 
 pub use error::ApiError;

@@ -1,0 +1,57 @@
+//! CustomResourceDefinitions: the served resource type a CRD describes, and its status once
+//! established.
+
+use serde_json::{Value, json};
+
+use crate::store::ResourceType;
+
+/// The resource type of the CRD's storage version (or first served version).
+pub fn resource_type(crd: &Value) -> Option<ResourceType> {
+    let spec = crd.get("spec")?;
+    let names = spec.get("names")?;
+    let versions = spec.get("versions")?.as_array()?;
+    let version = versions
+        .iter()
+        .find(|v| v["storage"] == true)
+        .or_else(|| versions.iter().find(|v| v["served"] == true))?;
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let kind = text(&names["kind"])?;
+    Some(ResourceType {
+        group: text(&spec["group"])?,
+        version: text(&version["name"])?,
+        plural: text(&names["plural"])?,
+        singular: text(&names["singular"]).unwrap_or_else(|| kind.to_ascii_lowercase()),
+        short_names: names["shortNames"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        kind,
+        namespaced: spec["scope"] != "Cluster",
+        status: version.pointer("/subresources/status").is_some(),
+        printer_columns: version["additionalPrinterColumns"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+        schema: version.pointer("/schema/openAPIV3Schema").cloned(),
+    })
+}
+
+/// The status a CRD gets once its resources are served.
+pub fn established_status(crd: &Value) -> Value {
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    json!({
+        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+        "storedVersions": crd.pointer("/spec/versions/0/name").map(|v| json!([v])).unwrap_or(json!([])),
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now}
+        ]
+    })
+}

@@ -1,0 +1,607 @@
+//! The HTTP front of the embedded API server: Kubernetes REST paths for every served type
+//! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label
+//! and field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
+//! bookmarks, create, replace, the four patch types, delete and deletecollection, status
+//! subresources, discovery, and CRDs that make their resources served when applied.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::error::ApiError;
+use crate::selector::Selector;
+use crate::store::{DeleteOptions, Patch, ResourceType, Store, WatchEvent};
+
+/// How often a watch that asked for bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+/// Longest watch when the client names no timeout.
+const DEFAULT_WATCH: Duration = Duration::from_secs(300);
+
+/// The server's state.
+pub struct ApiServer {
+    pub store: Arc<Store>,
+}
+
+/// The router; `serve` binds it.
+pub fn router(store: Arc<Store>) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/livez", axum::routing::get(|| async { "ok" }))
+        .route("/readyz", axum::routing::get(|| async { "ok" }))
+        .route("/version", axum::routing::get(version))
+        .fallback(handle)
+        .with_state(Arc::new(ApiServer { store }))
+}
+
+/// Serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    store: Arc<Store>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(store))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds a loopback port (0 picks a free one) and serves in the background.
+pub async fn start(
+    store: Arc<Store>,
+    port: u16,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    let handle = tokio::spawn(async move {
+        if let Err(e) = serve(store, listener, std::future::pending()).await {
+            tracing::error!(error = %e, "API server stopped");
+        }
+    });
+    Ok((addr, handle))
+}
+
+async fn version() -> Response {
+    json_response(
+        200,
+        &json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-tfjob-embedded",
+            "gitCommit": "embedded", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"
+        }),
+    )
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn error_response(e: &ApiError) -> Response {
+    json_response(e.code, &e.status())
+}
+
+/// Which objects a request addresses.
+struct Target {
+    t: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+fn parse_query(uri: &Uri) -> HashMap<String, String> {
+    uri.query()
+        .map(|q| {
+            q.split('&')
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (decode(k), decode(v))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Percent-decoding of query strings (selectors contain `=`, `,`, `!`, spaces and parentheses).
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%' && i + 3 <= bytes.len())
+            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (hex, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(
+    State(server): State<Arc<ApiServer>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let segments: Vec<&str> = uri
+        .path()
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let query = parse_query(&uri);
+    match discovery(&server.store, &segments) {
+        Some(doc) if method == Method::GET => return json_response(200, &doc),
+        _ => {}
+    }
+    let target = match resolve(&server.store, &segments) {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
+    let result = match (&method, &target.name) {
+        (&Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            return watch(&server.store, &target, &query);
+        }
+        (&Method::GET, None) => list(&server.store, &target, &query),
+        (&Method::GET, Some(name)) => server
+            .store
+            .get(&target.t, target.namespace.as_deref(), name)
+            .map(|o| (200, o)),
+        (&Method::POST, None) => create(&server.store, &target, &body),
+        (&Method::PUT, Some(name)) => parse_body(&body)
+            .and_then(|b| {
+                server.store.replace(
+                    &target.t,
+                    target.namespace.as_deref(),
+                    name,
+                    b,
+                    target.status,
+                )
+            })
+            .map(|o| (200, o)),
+        (&Method::PATCH, Some(name)) => {
+            patch(&server.store, &target, name, &headers, &query, &body)
+        }
+        (&Method::DELETE, Some(name)) => delete_options(&body, &query)
+            .and_then(|opts| {
+                server
+                    .store
+                    .delete(&target.t, target.namespace.as_deref(), name, &opts)
+            })
+            .map(|o| (200, o)),
+        (&Method::DELETE, None) => delete_collection(&server.store, &target, &query),
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{method} is not supported on {}", uri.path()),
+        )),
+    };
+    match result {
+        Ok((code, obj)) => {
+            after_write(&server.store, &target.t, &method, &obj);
+            json_response(code, &obj)
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))
+}
+
+fn resolve(store: &Store, segments: &[&str]) -> Result<Target, ApiError> {
+    let (group, version, rest) = match segments {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::not_found("path", &segments.join("/"))),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, tail @ ..] => {
+            (Some((*ns).to_owned()), [&[*plural][..], tail].concat())
+        }
+        _ => (None, rest.to_vec()),
+    };
+    let (plural, name, status) = match rest.as_slice() {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some((*name).to_owned()), false),
+        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
+        _ => return Err(ApiError::not_found("path", &segments.join("/"))),
+    };
+    let t = store
+        .resource(group, plural)
+        .filter(|t| t.version == version)
+        .ok_or_else(|| ApiError::not_found("resource", &format!("{group}/{version}/{plural}")))?;
+    if status && !t.status {
+        return Err(ApiError::not_found("subresource", "status"));
+    }
+    Ok(Target {
+        t,
+        namespace,
+        name,
+        status,
+    })
+}
+
+fn selectors(query: &HashMap<String, String>) -> Result<(Selector, Selector), ApiError> {
+    let labels = Selector::parse(query.get("labelSelector").map_or("", String::as_str))?;
+    let fields = Selector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
+    fields.check_fields()?;
+    Ok((labels, fields))
+}
+
+fn list(
+    store: &Store,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> Result<(u16, Value), ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let (items, rv) = store.list(&target.t, target.namespace.as_deref());
+    let items: Vec<Value> = items
+        .into_iter()
+        .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
+        .collect();
+    let offset: usize = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => token
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?,
+        None => 0,
+    };
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let page: Vec<Value> = items.iter().skip(offset).take(limit).cloned().collect();
+    let next = offset + page.len();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if next < items.len() {
+        metadata["continue"] = json!(next.to_string());
+        metadata["remainingItemCount"] = json!(items.len() - next);
+    }
+    Ok((
+        200,
+        json!({
+            "apiVersion": target.t.api_version(),
+            "kind": format!("{}List", target.t.kind),
+            "metadata": metadata,
+            "items": page,
+        }),
+    ))
+}
+
+fn create(store: &Store, target: &Target, body: &Bytes) -> Result<(u16, Value), ApiError> {
+    let obj = parse_body(body)?;
+    store
+        .create(&target.t, target.namespace.as_deref(), obj)
+        .map(|o| (201, o))
+}
+
+fn patch(
+    store: &Store,
+    target: &Target,
+    name: &str,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Result<(u16, Value), ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/merge-patch+json");
+    let patch = if content_type.starts_with("application/json-patch+json") {
+        Patch::Json(
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("json patch: {e}")))?,
+        )
+    } else if content_type.starts_with("application/apply-patch") {
+        Patch::Apply {
+            body: parse_body(body)?,
+            manager: query
+                .get("fieldManager")
+                .cloned()
+                .unwrap_or_else(|| "unknown".into()),
+        }
+    } else {
+        // Merge and strategic merge patches: merge semantics serve the types used here.
+        Patch::Merge(parse_body(body)?)
+    };
+    store
+        .patch(
+            &target.t,
+            target.namespace.as_deref(),
+            name,
+            patch,
+            target.status,
+        )
+        .map(|o| (200, o))
+}
+
+fn delete_options(
+    body: &Bytes,
+    query: &HashMap<String, String>,
+) -> Result<DeleteOptions, ApiError> {
+    let doc: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    Ok(DeleteOptions {
+        uid: doc
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: doc
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        propagation: doc
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| query.get("propagationPolicy").cloned()),
+    })
+}
+
+fn delete_collection(
+    store: &Store,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> Result<(u16, Value), ApiError> {
+    let (_, listed) = list(store, target, query)?;
+    let mut deleted = Vec::new();
+    for item in listed["items"].as_array().into_iter().flatten() {
+        let name = item
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+        match store.delete(&target.t, ns, name, &DeleteOptions::default()) {
+            Ok(o) => deleted.push(o),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((
+        200,
+        json!({"apiVersion": target.t.api_version(), "kind": format!("{}List", target.t.kind), "metadata": {}, "items": deleted}),
+    ))
+}
+
+/// Applying a CRD makes its resources served, and marks it Established.
+fn after_write(store: &Store, t: &ResourceType, method: &Method, obj: &Value) {
+    if t.plural != "customresourcedefinitions" || *method == Method::DELETE {
+        return;
+    }
+    if let Some(rt) = crate::crd::resource_type(obj) {
+        let established = obj
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Established"));
+        store.register(rt);
+        if !established {
+            let name = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let status = json!({"status": crate::crd::established_status(obj)});
+            if let Err(e) = store.patch(t, None, name, Patch::Merge(status), true) {
+                tracing::warn!(crd = name, error = %e, "could not mark CRD established");
+            }
+        }
+    }
+}
+
+fn watch_line(e: &WatchEvent) -> Bytes {
+    let mut line = json!({"type": e.type_.as_str(), "object": e.object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -> Response {
+    let (labels, fields) = match selectors(query) {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let matches = move |o: &Value| labels.matches_labels(o) && fields.matches_fields(o);
+    let ns = target.namespace.clone().filter(|_| target.t.namespaced);
+    let since: u64 = query
+        .get("resourceVersion")
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0);
+    // No resourceVersion (or "0"): start with the current objects as ADDED, as a real server.
+    let (initial, since) = if since == 0 {
+        let (items, rv) = store.list(&target.t, ns.as_deref());
+        let lines: Vec<Bytes> = items
+            .into_iter()
+            .filter(|o| matches(o))
+            .map(|o| {
+                watch_line(&WatchEvent {
+                    rv,
+                    resource: target.t.key(),
+                    namespace: String::new(),
+                    type_: crate::store::EventType::Added,
+                    object: o,
+                })
+            })
+            .collect();
+        (lines, rv)
+    } else {
+        (Vec::new(), since)
+    };
+    let (past, rx) = match store.watch(&target.t.key(), ns.as_deref(), since) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .map_or(DEFAULT_WATCH, Duration::from_secs);
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let resource = target.t.key();
+    let (api_version, kind) = (target.t.api_version(), target.t.kind.clone());
+    let mut first: Vec<Bytes> = initial;
+    first.extend(past.iter().filter(|e| matches(&e.object)).map(watch_line));
+
+    struct Live<F> {
+        rx: tokio::sync::broadcast::Receiver<WatchEvent>,
+        deadline: tokio::time::Instant,
+        matches: F,
+        resource: String,
+        ns: Option<String>,
+        last_rv: u64,
+        bookmarks: bool,
+        api_version: String,
+        kind: String,
+    }
+    let last_rv = past.last().map_or(since, |e| e.rv);
+    let live = Live {
+        rx,
+        deadline: tokio::time::Instant::now() + timeout,
+        matches,
+        resource,
+        ns,
+        last_rv,
+        bookmarks,
+        api_version,
+        kind,
+    };
+    let rest = futures::stream::unfold(live, |mut s| async move {
+        loop {
+            let wait = if s.bookmarks {
+                BOOKMARK_EVERY
+            } else {
+                DEFAULT_WATCH
+            };
+            let until = s.deadline.min(tokio::time::Instant::now() + wait);
+            match tokio::time::timeout_at(until, s.rx.recv()).await {
+                Ok(Ok(e)) => {
+                    if e.rv <= s.last_rv
+                        || e.resource != s.resource
+                        || s.ns.as_ref().is_some_and(|n| *n != e.namespace)
+                    {
+                        continue;
+                    }
+                    s.last_rv = e.rv;
+                    if (s.matches)(&e.object) {
+                        return Some((Ok::<Bytes, Infallible>(watch_line(&e)), s));
+                    }
+                }
+                // Fell behind or the store is gone: end the stream; the client resumes from
+                // the last resourceVersion it saw (or relists on 410).
+                Ok(Err(RecvError::Lagged(_))) | Ok(Err(RecvError::Closed)) => return None,
+                Err(_) if tokio::time::Instant::now() >= s.deadline => return None,
+                Err(_) => {
+                    let bookmark = json!({
+                        "type": "BOOKMARK",
+                        "object": {"apiVersion": s.api_version, "kind": s.kind, "metadata": {"resourceVersion": s.last_rv.to_string()}}
+                    });
+                    let mut line = bookmark.to_string();
+                    line.push('\n');
+                    return Some((Ok(Bytes::from(line)), s));
+                }
+            }
+        }
+    });
+    let stream = futures::stream::iter(first.into_iter().map(Ok::<Bytes, Infallible>)).chain(rest);
+    Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| {
+            error_response(&ApiError::new(
+                500,
+                "InternalError",
+                "building the watch response",
+            ))
+        })
+}
+
+/// Discovery documents: `/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`.
+fn discovery(store: &Store, segments: &[&str]) -> Option<Value> {
+    let types = store.types();
+    let resources = |group: &str, version: &str| -> Value {
+        let list: Vec<Value> = types
+            .iter()
+            .filter(|t| t.group == group && t.version == version)
+            .flat_map(|t| {
+                let verbs = json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]);
+                let mut out = vec![json!({
+                    "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
+                    "verbs": verbs, "shortNames": t.short_names,
+                })];
+                if t.status {
+                    out.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
+                        "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+                }
+                out
+            })
+            .collect();
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") }, "resources": list})
+    };
+    match segments {
+        ["api"] => Some(
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        ),
+        ["api", "v1"] => Some(resources("", "v1")),
+        ["apis"] => {
+            let mut groups: Vec<(String, String)> = types
+                .iter()
+                .filter(|t| !t.group.is_empty())
+                .map(|t| (t.group.clone(), t.version.clone()))
+                .collect();
+            groups.sort();
+            groups.dedup();
+            let list: Vec<Value> = groups
+                .iter()
+                .map(|(g, v)| {
+                    let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                    json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+                })
+                .collect();
+            Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list}))
+        }
+        ["apis", group, version] => types
+            .iter()
+            .any(|t| t.group == *group && t.version == *version)
+            .then(|| resources(group, version)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode;
+
+    #[test]
+    fn query_decoding() {
+        assert_eq!(decode("a%3Db%2Cc%21%3Dd"), "a=b,c!=d");
+        assert_eq!(decode("x+in+%28a%2Cb%29"), "x in (a,b)");
+        assert_eq!(decode("100%"), "100%");
+    }
+}
