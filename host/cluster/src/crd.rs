@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::store::ResourceType;
+use crate::error::ApiError;
+use crate::store::{Patch, ResourceType, Store};
 
 /// The resource type of the CRD's storage version (or first served version).
 pub fn resource_type(crd: &Value) -> Option<ResourceType> {
@@ -54,4 +55,57 @@ pub fn established_status(crd: &Value) -> Value {
             {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now}
         ]
     })
+}
+
+/// Stores a CRD (or updates it), serves its resources and marks it Established: what applying
+/// a CRD does on a real cluster.
+pub fn install(store: &Store, crd: Value) -> Result<Value, ApiError> {
+    let crds = store
+        .resource("apiextensions.k8s.io", "customresourcedefinitions")
+        .expect("CRDs are a built-in type");
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let stored = match store.create(&crds, None, crd.clone()) {
+        Ok(o) => o,
+        Err(e) if e.reason == "AlreadyExists" => store.patch(
+            &crds,
+            None,
+            &name,
+            Patch::Merge(json!({"spec": crd["spec"]})),
+            false,
+        )?,
+        Err(e) => return Err(e),
+    };
+    established(store, &stored)
+}
+
+/// Serves the resources of a stored CRD and sets its Established condition if missing.
+pub fn established(store: &Store, crd: &Value) -> Result<Value, ApiError> {
+    let rt =
+        resource_type(crd).ok_or_else(|| ApiError::invalid("the CRD has no served version"))?;
+    store.register(rt);
+    let done = crd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established"));
+    if done {
+        return Ok(crd.clone());
+    }
+    let crds = store
+        .resource("apiextensions.k8s.io", "customresourcedefinitions")
+        .expect("CRDs are a built-in type");
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    store.patch(
+        &crds,
+        None,
+        name,
+        Patch::Merge(json!({"status": established_status(crd)})),
+        true,
+    )
 }

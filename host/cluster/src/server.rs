@@ -396,22 +396,8 @@ fn after_write(store: &Store, t: &ResourceType, method: &Method, obj: &Value) {
     if t.plural != "customresourcedefinitions" || *method == Method::DELETE {
         return;
     }
-    if let Some(rt) = crate::crd::resource_type(obj) {
-        let established = obj
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|c| c.iter().any(|c| c["type"] == "Established"));
-        store.register(rt);
-        if !established {
-            let name = obj
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let status = json!({"status": crate::crd::established_status(obj)});
-            if let Err(e) = store.patch(t, None, name, Patch::Merge(status), true) {
-                tracing::warn!(crd = name, error = %e, "could not mark CRD established");
-            }
-        }
+    if let Err(e) = crate::crd::established(store, obj) {
+        tracing::warn!(error = %e, "could not serve the CRD's resources");
     }
 }
 
