@@ -7,9 +7,11 @@
 
 pub mod crd;
 pub mod error;
+pub mod persist;
 pub mod selector;
 pub mod server;
 pub mod store;
+pub mod table;
 
 pub use error::ApiError;
 pub use store::{ResourceType, Store};

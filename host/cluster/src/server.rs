@@ -161,15 +161,43 @@ async fn handle(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
+    // Only JSON bodies are understood; answering 415 makes clients that prefer protobuf
+    // (kubectl for built-in types) fall back to JSON.
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !body.is_empty() && content_type.contains("protobuf") {
+        return error_response(&ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of type {content_type} is not supported; use JSON"),
+        ));
+    }
+    let table = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(crate::table::wants_table);
     let result = match (&method, &target.name) {
         (&Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            return watch(&server.store, &target, &query);
+            return watch(&server.store, &target, &query, table);
         }
+        (&Method::GET, None) if table => list(&server.store, &target, &query)
+            .map(|(code, l)| (code, list_as_table(&target.t, &l))),
         (&Method::GET, None) => list(&server.store, &target, &query),
         (&Method::GET, Some(name)) => server
             .store
             .get(&target.t, target.namespace.as_deref(), name)
-            .map(|o| (200, o)),
+            .map(|o| {
+                if table {
+                    (
+                        200,
+                        crate::table::table(&target.t, &[o], server.store.resource_version()),
+                    )
+                } else {
+                    (200, o)
+                }
+            }),
         (&Method::POST, None) => create(&server.store, &target, &body),
         (&Method::PUT, Some(name)) => parse_body(&body)
             .and_then(|b| {
@@ -201,11 +229,28 @@ async fn handle(
     };
     match result {
         Ok((code, obj)) => {
-            after_write(&server.store, &target.t, &method, &obj);
+            if method != Method::GET {
+                after_write(&server.store, &target.t, &method, &obj);
+            }
             json_response(code, &obj)
         }
         Err(e) => error_response(&e),
     }
+}
+
+/// A list response as a Table, keeping its resourceVersion and continue token.
+fn list_as_table(t: &ResourceType, list: &Value) -> Value {
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    let rv = list
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    let mut table = crate::table::table(t, &items, rv);
+    if let Some(c) = list.pointer("/metadata/continue") {
+        table["metadata"]["continue"] = c.clone();
+    }
+    table
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
@@ -401,13 +446,24 @@ fn after_write(store: &Store, t: &ResourceType, method: &Method, obj: &Value) {
     }
 }
 
-fn watch_line(e: &WatchEvent) -> Bytes {
-    let mut line = json!({"type": e.type_.as_str(), "object": e.object}).to_string();
+fn watch_line(e: &WatchEvent, table_of: Option<&ResourceType>) -> Bytes {
+    let object = match table_of {
+        Some(t) => crate::table::table(t, std::slice::from_ref(&e.object), e.rv),
+        None => e.object.clone(),
+    };
+    let mut line = json!({"type": e.type_.as_str(), "object": object}).to_string();
     line.push('\n');
     Bytes::from(line)
 }
 
-fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -> Response {
+fn watch(
+    store: &Arc<Store>,
+    target: &Target,
+    query: &HashMap<String, String>,
+    as_table: bool,
+) -> Response {
+    // `kubectl get -w` asks for every event as a one-row table.
+    let table_of = as_table.then(|| target.t.clone());
     let (labels, fields) = match selectors(query) {
         Ok(s) => s,
         Err(e) => return error_response(&e),
@@ -425,13 +481,14 @@ fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -
             .into_iter()
             .filter(|o| matches(o))
             .map(|o| {
-                watch_line(&WatchEvent {
+                let e = WatchEvent {
                     rv,
                     resource: target.t.key(),
                     namespace: String::new(),
                     type_: crate::store::EventType::Added,
                     object: o,
-                })
+                };
+                watch_line(&e, table_of.as_ref())
             })
             .collect();
         (lines, rv)
@@ -452,7 +509,11 @@ fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -
     let resource = target.t.key();
     let (api_version, kind) = (target.t.api_version(), target.t.kind.clone());
     let mut first: Vec<Bytes> = initial;
-    first.extend(past.iter().filter(|e| matches(&e.object)).map(watch_line));
+    first.extend(
+        past.iter()
+            .filter(|e| matches(&e.object))
+            .map(|e| watch_line(e, table_of.as_ref())),
+    );
 
     struct Live<F> {
         rx: tokio::sync::broadcast::Receiver<WatchEvent>,
@@ -464,6 +525,7 @@ fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -
         bookmarks: bool,
         api_version: String,
         kind: String,
+        table_of: Option<ResourceType>,
     }
     let last_rv = past.last().map_or(since, |e| e.rv);
     let live = Live {
@@ -476,6 +538,7 @@ fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -
         bookmarks,
         api_version,
         kind,
+        table_of,
     };
     let rest = futures::stream::unfold(live, |mut s| async move {
         loop {
@@ -495,7 +558,8 @@ fn watch(store: &Arc<Store>, target: &Target, query: &HashMap<String, String>) -
                     }
                     s.last_rv = e.rv;
                     if (s.matches)(&e.object) {
-                        return Some((Ok::<Bytes, Infallible>(watch_line(&e)), s));
+                        let line = watch_line(&e, s.table_of.as_ref());
+                        return Some((Ok::<Bytes, Infallible>(line), s));
                     }
                 }
                 // Fell behind or the store is gone: end the stream; the client resumes from

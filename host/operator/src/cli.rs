@@ -31,6 +31,11 @@ pub enum Command {
         after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --threads 8 --metrics-addr 127.0.0.1:9090"
     )]
     Run(RunArgs),
+    /// Start an embedded cluster (API server, CRD, default policies, operator) in this process.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator up\n  tfjob-operator up --port 0 --state .tfjob-operator/state.json\n\nThen, in another shell: export KUBECONFIG=$PWD/.tfjob-operator/kubeconfig; kubectl get tfjobs"
+    )]
+    Up(crate::up::UpArgs),
     /// Test, inspect and package policies.
     #[command(subcommand)]
     Policy(crate::policy_cmd::PolicyCommand),

@@ -6,6 +6,7 @@ mod policy_cmd;
 mod policy_setup;
 mod render;
 mod run;
+mod up;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,13 @@ fn main() -> ExitCode {
         }
         cli::Command::Render(args) => render::main(&args),
         cli::Command::Policy(cmd) => policy_cmd::main(cmd),
+        cli::Command::Up(args) => match up::main(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tfjob-operator: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         cli::Command::Run(args) => match run::main(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

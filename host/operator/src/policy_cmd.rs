@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use tfjob_planner::PodContext;
 use tfjob_policy_engine::guard::{self, AllowedPaths};
 use tfjob_policy_engine::policies::{job_context, verdict_from};
-use tfjob_policy_engine::{CompiledPolicy, Hook, PolicyEngine, SandboxLimits, defaults};
+use tfjob_policy_engine::{
+    CompiledPolicy, Hook, PolicyEngine, PolicyManifest, SandboxLimits, defaults,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -40,7 +42,8 @@ pub struct TestArgs {
     /// The pod (YAML or JSON); with status for `classify`.
     #[arg(long, value_name = "FILE")]
     pub input: PathBuf,
-    /// Settings as inline JSON, or `@file` (JSON or YAML).
+    /// Settings as inline JSON, or `@file` (JSON or YAML) [default: for a default policy, the
+    /// settings the operator runs it with; else none].
     #[arg(long, value_name = "JSON|@FILE")]
     pub settings: Option<String>,
     /// Job context (YAML or JSON: jobName, namespace, jobUid, jobLabels, jobAnnotations,
@@ -86,11 +89,19 @@ fn read_yaml(path: &Path) -> anyhow::Result<Value> {
         .with_context(|| format!("{}: not valid YAML or JSON", path.display()))
 }
 
-/// The policy bytes and the name it runs under.
-fn policy_bytes(spec: &str, hook: Hook) -> anyhow::Result<(Vec<u8>, String)> {
+/// The policy bytes, the name it runs under and, for a default policy, the manifest the
+/// operator runs it with (its settings and allowed paths).
+fn policy_bytes(
+    spec: &str,
+    hook: Hook,
+) -> anyhow::Result<(Vec<u8>, String, Option<PolicyManifest>)> {
     if spec == "default" {
         let d = defaults::for_hook(hook);
-        return Ok((d.wasm.to_vec(), d.name.to_owned()));
+        return Ok((
+            d.wasm.to_vec(),
+            d.name.to_owned(),
+            Some(defaults::manifest(d)),
+        ));
     }
     if let Some(name) = spec.strip_prefix("default:") {
         let d = defaults::find(name).ok_or_else(|| {
@@ -100,7 +111,11 @@ fn policy_bytes(spec: &str, hook: Hook) -> anyhow::Result<(Vec<u8>, String)> {
                 names.join(", ")
             )
         })?;
-        return Ok((d.wasm.to_vec(), d.name.to_owned()));
+        return Ok((
+            d.wasm.to_vec(),
+            d.name.to_owned(),
+            Some(defaults::manifest(d)),
+        ));
     }
     let path = Path::new(spec);
     let bytes =
@@ -110,7 +125,7 @@ fn policy_bytes(spec: &str, hook: Hook) -> anyhow::Result<(Vec<u8>, String)> {
         .and_then(|s| s.to_str())
         .unwrap_or("policy")
         .to_owned();
-    Ok((bytes, name))
+    Ok((bytes, name, None))
 }
 
 fn settings_text(arg: Option<&str>) -> anyhow::Result<String> {
@@ -175,12 +190,21 @@ fn context(path: Option<&Path>) -> anyhow::Result<PodContext> {
 
 fn test(args: &TestArgs) -> anyhow::Result<Value> {
     let hook: Hook = args.hook.parse().map_err(|e: String| anyhow!(e))?;
-    let (bytes, name) = policy_bytes(&args.policy, hook)?;
+    let (bytes, name, manifest) = policy_bytes(&args.policy, hook)?;
     let engine = engine()?;
     let policy = engine
         .compile(&bytes)
         .map_err(|e| anyhow!("--policy {}: {e}", args.policy))?;
-    let settings = settings_text(args.settings.as_deref())?;
+    let settings = match (&args.settings, &manifest) {
+        (None, Some(m)) => m.settings.to_string(),
+        (arg, _) => settings_text(arg.as_deref())?,
+    };
+    let allowed = AllowedPaths::with_extra(
+        manifest
+            .iter()
+            .flat_map(|m| m.allowed_paths.iter().map(String::as_str)),
+    )
+    .map_err(|e| anyhow!("allowed paths of {name}: {e}"))?;
     engine
         .validate_settings(&policy, &name, &settings)
         .map_err(|e| anyhow!("--settings rejected by {name}: {e}"))?;
@@ -195,7 +219,7 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
     })?;
     let ctx = job_context(&context(args.context.as_deref())?);
     match hook {
-        Hook::Decorate => decorate(&engine, &policy, &name, &ctx, &settings, &pod),
+        Hook::Decorate => decorate(&engine, &policy, &name, &ctx, &settings, &allowed, &pod),
         Hook::Resources => resources(
             &engine,
             &policy,
@@ -231,12 +255,13 @@ fn decorate(
     name: &str,
     ctx: &tfjob_policy_engine::bindings::JobContext,
     settings: &str,
+    allowed: &AllowedPaths,
     pod: &Pod,
 ) -> anyhow::Result<Value> {
     let before = serde_json::to_value(pod)?;
     let out = engine.decorate(policy, name, ctx, settings, &before.to_string())?;
     let after: Value = serde_json::from_str(&out).context("the decorated pod is not JSON")?;
-    guard::check(&before, &after, &AllowedPaths::default())
+    guard::check(&before, &after, allowed)
         .map_err(|path| anyhow!("guard-violation: policy {name} may not change {path}"))?;
     Ok(after)
 }

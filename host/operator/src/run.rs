@@ -79,7 +79,7 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested; finishing reconciles in flight");
 }
 
-fn init_logging(json: bool) {
+pub fn init_logging(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if json {

@@ -64,23 +64,29 @@ pub const NVIDIA_DRIVER_HOST_PATH: &str = "/home/kubernetes/bin/nvidia";
 /// The settings the operator runs a default policy with when `--policy-config` gives none:
 /// GPU containers get the driver mount and the GPU toleration; everything else uses the
 /// policy's own defaults. A `--policy-config` entry replaces the whole document.
+///
+/// Decoration reads resources as written, before `default-resources` renames the `gpu` alias
+/// to `nvidia.com/gpu`, so the alias gets the same entries: a container asking for `gpu` is a
+/// GPU container too.
 pub fn default_settings(d: &DefaultPolicy) -> serde_json::Value {
     match d.hook {
-        Hook::Decorate => serde_json::json!({
-            "accelerators": {
-                "nvidia.com/gpu": {
-                    "volumes": [{
-                        "name": "nvidia-driver",
-                        "hostPath": NVIDIA_DRIVER_HOST_PATH,
-                        "mountPath": "/usr/local/nvidia"
-                    }],
-                    "envVars": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
-                }
-            },
-            "resourceTolerations": {
-                "nvidia.com/gpu": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-            }
-        }),
+        Hook::Decorate => {
+            let driver = serde_json::json!({
+                "volumes": [{
+                    "name": "nvidia-driver",
+                    "hostPath": NVIDIA_DRIVER_HOST_PATH,
+                    "mountPath": "/usr/local/nvidia"
+                }],
+                "envVars": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+            });
+            let toleration = serde_json::json!([
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ]);
+            serde_json::json!({
+                "accelerators": {"nvidia.com/gpu": driver, "gpu": driver},
+                "resourceTolerations": {"nvidia.com/gpu": toleration, "gpu": toleration}
+            })
+        }
         Hook::Resources | Hook::Classify => serde_json::json!({}),
     }
 }

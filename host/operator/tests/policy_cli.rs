@@ -1,0 +1,657 @@
+//! End-to-end tests of `tfjob-operator policy test` and `policy inspect`.
+//!
+//! Every test runs the built binary as a child process, the way a platform team would while
+//! writing a policy: the classification table of `tests/data/pods/cases.yaml` through the
+//! embedded default policy, settings inline and from a file, decoration with a job context,
+//! resource overrides of one container, every kind of error (exit status 2, a clear message on
+//! stderr, nothing on stdout), a hostile policy stopped by the sandbox and the guard, and
+//! `inspect` of a policy module.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
+
+/// Longest a single invocation may take before the test gives up on it.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Address-space limit of the child (KiB), so that a runaway allocation fails the test instead
+/// of exhausting the machine's memory. The engine falls back from its pooling allocator to
+/// on-demand allocation when the pool does not fit.
+const MEMORY_LIMIT_KIB: u64 = 2 * 1024 * 1024;
+
+/// Runs the binary with `args` under the memory limit and collects its output; kills it and
+/// fails the test after [`TIMEOUT`].
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_tfjob-operator"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tfjob-operator starts");
+    // Read from other threads so that full pipes never block the child.
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        out.read_to_end(&mut buf).map(|_| buf)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        err.read_to_end(&mut buf).map(|_| buf)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tfjob-operator {args:?} did not finish within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap().expect("stdout is readable"),
+        stderr: err_reader.join().unwrap().expect("stderr is readable"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// Asserts exit status 0 and an empty stderr; returns stdout parsed as JSON.
+fn success(args: &[&str]) -> Value {
+    let output = run(args);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\nstderr:\n{}",
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stderr), "", "{args:?}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: stdout is not JSON ({e}):\n{}",
+            text(&output.stdout)
+        )
+    })
+}
+
+/// Asserts exit status 2 and an empty stdout; returns stderr.
+fn failure(args: &[&str]) -> String {
+    let output = run(args);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stdout), "", "{args:?}: nothing on stdout");
+    let stderr = text(&output.stderr);
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    stderr
+}
+
+fn pods_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pods")
+}
+
+fn pod(file: &str) -> String {
+    let path = pods_dir().join(file);
+    assert!(path.exists(), "{}", path.display());
+    path.to_str().expect("UTF-8 path").to_owned()
+}
+
+fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, contents).expect("writing a temp file");
+    path.to_str().expect("UTF-8 path").to_owned()
+}
+
+/// `policy test` of the default policy for `hook` on a pod file, with extra flags.
+fn policy_test(hook: &str, file: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["policy", "test", "--policy", "default", "--hook", hook]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--input".to_owned(), pod(file)]);
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// classify
+// ---------------------------------------------------------------------------------------------
+
+/// A row of `cases.yaml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    pod: String,
+    now: String,
+    #[serde(default)]
+    settings: Option<Value>,
+    expect: Value,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(pods_dir().join("cases.yaml")).expect("cases.yaml");
+    serde_yaml_ng::from_str(&text).expect("cases.yaml parses")
+}
+
+/// What `policy test --hook classify` prints for a verdict: phase, reason and message always,
+/// kind on failures only.
+fn printed(expect: &Value) -> Value {
+    let mut out = json!({
+        "phase": expect["phase"],
+        "reason": expect.get("reason").cloned().unwrap_or(json!("")),
+        "message": expect.get("message").cloned().unwrap_or(json!("")),
+    });
+    if let Some(kind) = expect.get("kind") {
+        out["kind"] = kind.clone();
+    }
+    out
+}
+
+#[test]
+fn classify_reproduces_every_case_of_the_table() {
+    let cases = cases();
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let mut extra = vec!["--now".to_owned(), case.now.clone()];
+        if let Some(settings) = &case.settings {
+            extra.extend(["--settings".to_owned(), settings.to_string()]);
+        }
+        let args = policy_test("classify", &case.pod, &refs(&extra));
+        let output = run(&refs(&args));
+        if output.status.code() != Some(0) || !output.stderr.is_empty() {
+            failures.push(format!(
+                "{}: exit {:?}, stderr {}",
+                case.name,
+                output.status.code(),
+                text(&output.stderr)
+            ));
+            continue;
+        }
+        let out: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
+        let expected = printed(&case.expect);
+        if out != expected {
+            failures.push(format!(
+                "{}: printed\n  {out}\nexpected\n  {expected}",
+                case.name
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn a_default_can_be_named() {
+    let now = ["--now", "2026-01-01T01:00:00Z"];
+    let by_hook = success(&refs(&policy_test(
+        "classify",
+        "failed-sigkill-137.yaml",
+        &now,
+    )));
+    let mut args = policy_test("classify", "failed-sigkill-137.yaml", &now);
+    args[3] = "default:default-classify".into();
+    assert_eq!(success(&refs(&args)), by_hook);
+    assert_eq!(by_hook["phase"], "retryable-failure");
+    assert_eq!(by_hook["kind"], "system");
+}
+
+#[test]
+fn settings_inline_or_from_a_file_change_the_verdict() {
+    let now = ["--now", "2026-01-01T00:01:30Z"];
+    let file = "pending-image-pull-backoff.yaml";
+    let out = success(&refs(&policy_test("classify", file, &now)));
+    assert_eq!(out["phase"], "initializing", "{out}");
+    assert!(out.get("kind").is_none(), "{out}");
+
+    let expected = json!({
+        "phase": "retryable-failure",
+        "reason": "ContainersNotReady|ImagePullBackOff",
+        "message": "Grace period [30s] exceeded|containers with unready status: [tensorflow]|Back-off pulling image \"tensorflow/tensorflow:2.15.0\"",
+        "kind": "user"
+    });
+    let inline = [
+        now[0],
+        now[1],
+        "--settings",
+        r#"{"imagePullBackoffGracePeriod":"30s"}"#,
+    ];
+    assert_eq!(
+        success(&refs(&policy_test("classify", file, &inline))),
+        expected
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    for (name, contents) in [
+        ("settings.yaml", "imagePullBackoffGracePeriod: 30s\n"),
+        ("settings.json", r#"{"imagePullBackoffGracePeriod": "30s"}"#),
+    ] {
+        let at_file = format!("@{}", write(dir.path(), name, contents.as_bytes()));
+        let args = policy_test("classify", file, &[now[0], now[1], "--settings", &at_file]);
+        assert_eq!(success(&refs(&args)), expected, "{name}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// decorate and resources
+// ---------------------------------------------------------------------------------------------
+
+fn env_of(pod: &Value, list: &str, i: usize) -> Vec<(String, String)> {
+    pod["spec"][list][i]["env"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no env on {list}[{i}]: {pod}"))
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn execution_env(values: [&str; 6]) -> Vec<(String, String)> {
+    [
+        "TFJOB_NAME",
+        "TFJOB_NAMESPACE",
+        "TFJOB_UID",
+        "TFJOB_REPLICA_TYPE",
+        "TFJOB_REPLICA_INDEX",
+        "TFJOB_ATTEMPT",
+    ]
+    .into_iter()
+    .zip(values)
+    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+    .collect()
+}
+
+#[test]
+fn decorate_prints_the_pod_with_the_execution_env_of_the_context() {
+    let out = success(&refs(&policy_test("decorate", "worker.yaml", &[])));
+    let defaults = execution_env([
+        "test-job",
+        "default",
+        "00000000-0000-0000-0000-000000000000",
+        "Worker",
+        "0",
+        "0",
+    ]);
+    assert_eq!(env_of(&out, "initContainers", 0), defaults);
+    assert_eq!(env_of(&out, "containers", 1), defaults);
+    // The container's own variable first; the GPU container gets the driver's after these.
+    let mut tensorflow = vec![("TF_CPP_MIN_LOG_LEVEL".to_owned(), "2".to_owned())];
+    tensorflow.extend(defaults);
+    assert_eq!(env_of(&out, "containers", 0)[..7], tensorflow);
+    // The rest of the pod is printed as given.
+    assert_eq!(out["metadata"]["name"], "mnist-worker-0");
+    assert_eq!(
+        out["spec"]["containers"][0]["image"],
+        "tensorflow/tensorflow:2.15.0-gpu"
+    );
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"],
+        json!({"limits": {"gpu": "1", "memory": "1024Mi"}, "requests": {"cpu": "0.5"}})
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let context = write(
+        dir.path(),
+        "context.yaml",
+        b"jobName: mnist\nnamespace: ml\njobUid: 6f1c3a52-9d1e-4f0b-8a57-0c9d2e1b7a44\nreplicaType: PS\nreplicaIndex: 1\nreplicaCount: 2\nattempt: 3\n",
+    );
+    let out = success(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &["--context", &context],
+    )));
+    assert_eq!(
+        env_of(&out, "containers", 1),
+        execution_env([
+            "mnist",
+            "ml",
+            "6f1c3a52-9d1e-4f0b-8a57-0c9d2e1b7a44",
+            "PS",
+            "1",
+            "3"
+        ])
+    );
+
+    // Settings reach the policy.
+    let out = success(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &[
+            "--settings",
+            r#"{"defaultEnvVars": {"DATA_DIR": "/data"}, "schedulerName": "volcano"}"#,
+        ],
+    )));
+    assert_eq!(
+        env_of(&out, "containers", 1).last().unwrap(),
+        &("DATA_DIR".to_owned(), "/data".to_owned())
+    );
+    assert_eq!(out["spec"]["schedulerName"], "volcano");
+
+    // A context with a misspelt field is refused, naming it.
+    let bad = write(dir.path(), "bad-context.yaml", b"jobname: mnist\n");
+    let err = failure(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &["--context", &bad],
+    )));
+    assert!(
+        err.contains("bad-context.yaml") && err.contains("jobname"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_default_decoration_runs_as_the_operator_runs_it() {
+    // Without --settings, the operator's own settings of the default: GPU containers (here
+    // asking for `gpu`) get the driver mount and the GPU toleration.
+    let out = success(&refs(&policy_test("decorate", "worker.yaml", &[])));
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([{"name": "nvidia-driver", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}])
+    );
+    assert_eq!(
+        out["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+    );
+    assert!(out["spec"]["containers"][1].get("volumeMounts").is_none());
+    assert_eq!(
+        out["spec"]["tolerations"],
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    );
+    // Settings given replace them, and the default may still add host path volumes.
+    let out = success(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &[
+            "--settings",
+            r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#,
+        ],
+    )));
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([{"name": "cuda", "hostPath": {"path": "/opt/cuda"}}])
+    );
+    assert!(out["spec"].get("tolerations").is_none(), "{out}");
+    // `{}` is the policy's own defaults: the execution environment only.
+    let out = success(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &["--settings", "{}"],
+    )));
+    assert!(out["spec"].get("volumes").is_none(), "{out}");
+    // A policy file gets no such allowance.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "decorate.wasm",
+        tfjob_policy_engine::defaults::find("default-decorate")
+            .unwrap()
+            .wasm,
+    );
+    let err = failure(&[
+        "policy",
+        "test",
+        "--policy",
+        &file,
+        "--hook",
+        "decorate",
+        "--input",
+        &pod("worker.yaml"),
+        "--settings",
+        r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#,
+    ]);
+    assert!(err.contains("guard-violation"), "{err}");
+    assert!(err.contains("spec.volumes[cuda].hostPath"), "{err}");
+}
+
+#[test]
+fn resources_prints_the_requirements_of_one_container() {
+    // The first container by default.
+    let out = success(&refs(&policy_test("resources", "worker.yaml", &[])));
+    assert_eq!(
+        out,
+        json!({
+            "limits": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}
+        })
+    );
+    let out = success(&refs(&policy_test(
+        "resources",
+        "worker.yaml",
+        &["--container", "log-shipper"],
+    )));
+    assert_eq!(
+        out,
+        json!({"limits": {"cpu": "1", "memory": "64Mi"}, "requests": {"cpu": "1", "memory": "64Mi"}})
+    );
+    let out = success(&refs(&policy_test(
+        "resources",
+        "worker.yaml",
+        &[
+            "--container",
+            "log-shipper",
+            "--settings",
+            r#"{"limits": {"cpu": "250m"}}"#,
+        ],
+    )));
+    assert_eq!(out["requests"]["cpu"], "250m");
+    assert_eq!(out["limits"]["cpu"], "250m");
+
+    let err = failure(&refs(&policy_test(
+        "resources",
+        "worker.yaml",
+        &["--container", "sidecar"],
+    )));
+    assert!(err.contains("--container \"sidecar\""), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// errors
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_arguments_exit_2_with_a_clear_message() {
+    let running = "running.yaml";
+    let now = ["--now", "2026-01-01T00:00:00Z"];
+
+    let mut args = policy_test("classify", running, &now);
+    args[3] = "default:default-clasify".into();
+    let err = failure(&refs(&args));
+    assert!(
+        err.contains("no default policy \"default-clasify\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("default-classify"),
+        "lists the defaults: {err}"
+    );
+
+    let err = failure(&refs(&policy_test(
+        "classify",
+        running,
+        &["--now", "yesterday"],
+    )));
+    assert!(err.contains("--now \"yesterday\": not RFC 3339"), "{err}");
+
+    let missing = pods_dir().join("no-such-pod.yaml");
+    let missing = missing.to_str().unwrap();
+    let args = [
+        "policy", "test", "--policy", "default", "--hook", "classify", "--input", missing,
+    ];
+    let err = failure(&args);
+    assert!(err.contains(missing), "{err}");
+
+    let err = failure(&refs(&policy_test(
+        "classify",
+        running,
+        &[
+            now[0],
+            now[1],
+            "--settings",
+            r#"{"imagePullBackoffGracePeriod": "soon"}"#,
+        ],
+    )));
+    assert!(
+        err.contains("--settings rejected by default-classify"),
+        "{err}"
+    );
+    assert!(err.contains("imagePullBackoffGracePeriod"), "{err}");
+    assert!(err.contains("\"soon\""), "{err}");
+
+    let err = failure(&refs(&policy_test(
+        "classify",
+        running,
+        &[now[0], now[1], "--settings", "{not json"],
+    )));
+    assert!(err.contains("--settings: not valid JSON"), "{err}");
+
+    let err = failure(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &[
+            "--settings",
+            r#"{"defaultTolerations": [{"key": "a", "operator": "In"}]}"#,
+        ],
+    )));
+    assert!(
+        err.contains("defaultTolerations[0].operator: \"In\" is not one of"),
+        "{err}"
+    );
+}
+
+fn hostile_file(dir: &Path) -> String {
+    write(dir, "hostile.wasm", HOSTILE_POLICY_WASM)
+}
+
+#[test]
+fn a_hostile_policy_is_stopped_by_the_sandbox_and_the_guard() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = hostile_file(dir.path());
+    let worker = pod("worker.yaml");
+    let hostile_test = |hook: &str, settings: &str| -> Vec<String> {
+        [
+            "policy",
+            "test",
+            "--policy",
+            &hostile,
+            "--hook",
+            hook,
+            "--input",
+            &worker,
+            "--settings",
+            settings,
+            "--now",
+            "2026-01-01T00:00:00Z",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+
+    for hook in ["decorate", "classify"] {
+        let err = failure(&refs(&hostile_test(hook, r#"{"mode":"loop"}"#)));
+        assert!(err.contains("timeout"), "{hook}: {err}");
+    }
+
+    let err = failure(&refs(&hostile_test(
+        "decorate",
+        r#"{"mode":"change-image"}"#,
+    )));
+    assert!(err.contains("guard-violation"), "{err}");
+    assert!(err.contains("spec.containers[0].image"), "{err}");
+
+    let err = failure(&refs(&hostile_test("decorate", r#"{"mode":"teleport"}"#)));
+    assert!(err.contains("--settings rejected by hostile"), "{err}");
+
+    // Well-behaved, the same module runs.
+    let out = success(&refs(&hostile_test("decorate", r#"{"mode":"ok"}"#)));
+    assert_eq!(
+        out["spec"]["containers"][0]["image"],
+        "tensorflow/tensorflow:2.15.0-gpu"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// inspect
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn inspect_describes_a_policy_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = hostile_file(dir.path());
+    let out = success(&["policy", "inspect", &hostile]);
+    assert_eq!(out["file"], hostile.as_str());
+    assert_eq!(out["size"], HOSTILE_POLICY_WASM.len());
+    let sha = out["sha256"].as_str().expect("sha256 is a string");
+    assert_eq!(sha.len(), 64, "{sha}");
+    assert!(
+        sha.chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)),
+        "{sha}"
+    );
+    assert_eq!(sha, hex::encode(Sha256::digest(HOSTILE_POLICY_WASM)));
+    assert_eq!(out["hooks"], json!(["decorate", "resources", "classify"]));
+    assert_eq!(out["validatesSettings"], true);
+    let exports: Vec<&str> = out["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    for interface in [
+        "tfjob:policy/decorate@0.1.0",
+        "tfjob:policy/resources@0.1.0",
+        "tfjob:policy/classify@0.1.0",
+    ] {
+        assert!(exports.contains(&interface), "{exports:?}");
+    }
+    assert!(out["imports"].is_array(), "{out}");
+}
+
+#[test]
+fn inspect_refuses_what_is_not_a_policy_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_wasm = write(dir.path(), "pod.wasm", b"apiVersion: v1\nkind: Pod\n");
+    let err = failure(&["policy", "inspect", &not_wasm]);
+    assert!(err.contains(&not_wasm), "{err}");
+    assert!(err.contains("link"), "{err}");
+
+    let missing = dir.path().join("missing.wasm");
+    let err = failure(&["policy", "inspect", missing.to_str().unwrap()]);
+    assert!(err.contains("missing.wasm"), "{err}");
+}

@@ -1,0 +1,1211 @@
+//! The default policies through the real Wasm path: the embedded components, compiled and run
+//! by the engine in the sandbox, against the behaviour tables of `default-policies.md`.
+//!
+//! Classification runs every case of `tests/data/pods/cases.yaml` and checks the Wasm verdict
+//! both against the expected one and against the native `tfjob_policy_logic` classification
+//! with the same settings. Decoration and resource overrides are checked field by field, and
+//! against the native logic where the pod is in k8s-openapi's own encoding. The last tests load
+//! policies the way the operator's flags do: `--policy-config` overrides of the defaults and a
+//! `--policy-dir` directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tfjob_planner::{PodContext, PodPolicies, VerdictPhase};
+use tfjob_policy_engine::bindings::JobContext;
+use tfjob_policy_engine::defaults::{self, HOSTILE_POLICY_WASM};
+use tfjob_policy_engine::local::{LocalError, PolicyConfig, load_policy_config, load_policy_dir};
+use tfjob_policy_engine::policies::{job_context, verdict_from};
+use tfjob_policy_engine::{
+    APPLIED_ANNOTATION, ActivePolicy, Category, CompiledPolicy, EvalError, Hook, PolicyEngine,
+    PolicySet, Registry, SandboxLimits, WasmPolicies,
+};
+use tfjob_policy_logic::classify::classify_pod;
+use tfjob_policy_logic::classify_settings::ClassifySettingsDoc;
+use tfjob_policy_logic::context::JobContext as LogicContext;
+use tfjob_policy_logic::decorate::{DecorateSettings, decorate_pod};
+use tfjob_policy_logic::resources::{ResourceSettings, override_resources};
+use tfjob_policy_logic::settings::settings_from_json;
+
+/// One engine for the whole file. Its deadline is generous: these tests check what the policies
+/// decide, not the sandbox's clock, and a loaded CI machine must not turn a decision into a
+/// timeout.
+fn engine() -> &'static Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Arc::new(
+            PolicyEngine::new(SandboxLimits {
+                deadline: Duration::from_secs(30),
+                ..SandboxLimits::default()
+            })
+            .expect("engine starts"),
+        )
+    })
+}
+
+/// The embedded default policy for `hook`, compiled (once per digest) by the shared engine.
+fn default_policy(hook: Hook) -> (Arc<CompiledPolicy>, &'static str) {
+    let d = defaults::for_hook(hook);
+    let compiled = engine().compile(d.wasm).expect("default policy compiles");
+    assert_eq!(
+        compiled.hooks(),
+        vec![hook],
+        "{} exports its hook only",
+        d.name
+    );
+    (compiled, d.name)
+}
+
+fn pods_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pods")
+}
+
+fn read_yaml(path: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A pod file of `tests/data/pods`, decoded as the operator holds it.
+fn pod_file(file: &str) -> Pod {
+    serde_json::from_value(read_yaml(&pods_dir().join(file)))
+        .unwrap_or_else(|e| panic!("{file} is not a Pod: {e}"))
+}
+
+fn ctx() -> PodContext {
+    PodContext {
+        job_name: "mnist".into(),
+        namespace: "ml".into(),
+        job_uid: "uid-1".into(),
+        job_labels: BTreeMap::new(),
+        job_annotations: BTreeMap::new(),
+        replica_type: "Worker".into(),
+        replica_index: 3,
+        replica_count: 4,
+        attempt: 2,
+    }
+}
+
+fn interruptible(value: &str) -> PodContext {
+    let mut c = ctx();
+    c.job_annotations
+        .insert("policy.tfjob.dev/interruptible".into(), value.into());
+    c
+}
+
+fn wit_ctx(c: &PodContext) -> JobContext {
+    job_context(c)
+}
+
+fn logic_ctx(c: &PodContext) -> LogicContext {
+    LogicContext {
+        job_name: c.job_name.clone(),
+        namespace: c.namespace.clone(),
+        job_uid: c.job_uid.clone(),
+        job_labels: c.job_labels.clone(),
+        job_annotations: c.job_annotations.clone(),
+        replica_type: c.replica_type.clone(),
+        replica_index: c.replica_index,
+        replica_count: c.replica_count,
+        attempt: c.attempt,
+    }
+}
+
+fn at(text: &str) -> Timestamp {
+    text.parse()
+        .unwrap_or_else(|e| panic!("{text:?} is not RFC 3339: {e}"))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+// ---------------------------------------------------------------------------------------------
+
+/// A row of `cases.yaml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    pod: String,
+    now: String,
+    #[serde(default)]
+    settings: Option<Value>,
+    expect: Value,
+}
+
+fn cases() -> Vec<Case> {
+    serde_json::from_value(read_yaml(&pods_dir().join("cases.yaml"))).expect("cases.yaml parses")
+}
+
+impl Case {
+    fn settings_text(&self) -> String {
+        self.settings
+            .as_ref()
+            .map_or_else(|| "{}".to_owned(), Value::to_string)
+    }
+}
+
+/// Classifies `pod` with the Wasm default and returns the verdict as the planner gets it, in
+/// its JSON form, with the raw `occurred-at` text the guest returned.
+fn wasm_classify(
+    settings: &str,
+    pod: &Pod,
+    now: &str,
+) -> Result<(Value, Option<String>), EvalError> {
+    let (policy, name) = default_policy(Hook::Classify);
+    let pod_json = serde_json::to_string(pod).expect("pods serialise");
+    let raw = engine().classify(&policy, name, &wit_ctx(&ctx()), settings, &pod_json, now)?;
+    let occurred_at = raw.occurred_at.clone();
+    let verdict = verdict_from(raw, name)?;
+    Ok((
+        serde_json::to_value(&verdict).expect("verdicts serialise"),
+        occurred_at,
+    ))
+}
+
+/// The native reference classification with the same settings document, in the same JSON form.
+fn native_classify(settings: &str, pod: &Pod, now: &str) -> Value {
+    let doc: ClassifySettingsDoc =
+        settings_from_json(settings).unwrap_or_else(|e| panic!("settings {settings}: {e}"));
+    let settings = doc.to_settings().expect("valid settings");
+    serde_json::to_value(classify_pod(&settings, pod, at(now))).expect("verdicts serialise")
+}
+
+#[test]
+fn every_classification_case_through_wasm_matches_the_table_and_the_native_logic() {
+    let cases = cases();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let pod = pod_file(&case.pod);
+        let settings = case.settings_text();
+        let (wasm, raw_occurred_at) = match wasm_classify(&settings, &pod, &case.now) {
+            Ok(v) => v,
+            Err(e) => {
+                failures.push(format!("{}: the Wasm policy failed: {e}", case.name));
+                continue;
+            }
+        };
+        let native = native_classify(&settings, &pod, &case.now);
+        if wasm != case.expect {
+            failures.push(format!(
+                "{}: Wasm verdict\n  {wasm}\nexpected\n  {}",
+                case.name, case.expect
+            ));
+        }
+        if wasm != native {
+            failures.push(format!(
+                "{}: Wasm verdict\n  {wasm}\nnative verdict\n  {native}",
+                case.name
+            ));
+        }
+        // The guest spells the time as RFC 3339 in UTC, exactly as the table writes it.
+        if raw_occurred_at.as_deref() != case.expect["occurredAt"].as_str() {
+            failures.push(format!(
+                "{}: occurred-at {raw_occurred_at:?}, expected {}",
+                case.name, case.expect["occurredAt"]
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_cases_cover_every_row_of_the_classification_table() {
+    let cases = cases();
+    let reasons: Vec<&str> = cases
+        .iter()
+        .filter_map(|c| c.expect["reason"].as_str())
+        .collect();
+    for wanted in [
+        "Unschedulable",
+        "|ErrImagePull",
+        "|ContainerCreating",
+        "|PodInitializing",
+        "|ImagePullBackOff",
+        "|CreateContainerError",
+        "|CreateContainerConfigError",
+        "|InvalidImageName",
+        "|ErrImageNeverPull",
+        "ContainersNotInitialized|",
+        "PodPendingTimeout",
+        "OOMKilled",
+        "Interrupted",
+        "UnknownError",
+        "Evicted",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(wanted)),
+            "no case with reason {wanted:?}"
+        );
+    }
+    let phases: Vec<&str> = cases
+        .iter()
+        .filter_map(|c| c.expect["phase"].as_str())
+        .collect();
+    for phase in [
+        "undefined",
+        "queued",
+        "initializing",
+        "running",
+        "succeeded",
+        "retryable-failure",
+        "permanent-failure",
+    ] {
+        assert!(phases.contains(&phase), "no case with phase {phase}");
+    }
+    // Grace periods: a case inside and one at the end of each.
+    for reason in [
+        "|ImagePullBackOff",
+        "|CreateContainerError",
+        "|CreateContainerConfigError",
+    ] {
+        let outcomes: Vec<&str> = cases
+            .iter()
+            .filter(|c| {
+                c.expect["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.ends_with(reason))
+            })
+            .filter_map(|c| c.expect["phase"].as_str())
+            .collect();
+        assert!(outcomes.contains(&"initializing"), "{reason}: {outcomes:?}");
+        assert!(
+            outcomes.iter().any(|p| p.ends_with("-failure")),
+            "{reason}: {outcomes:?}"
+        );
+    }
+    // Every pod file is used, and every case's pod exists.
+    let mut files: Vec<String> = std::fs::read_dir(pods_dir())
+        .expect("pods dir")
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.ends_with(".yaml") && f != "cases.yaml" && f != "worker.yaml")
+        .collect();
+    files.sort();
+    for f in &files {
+        assert!(
+            cases.iter().any(|c| &c.pod == f),
+            "{f} is not used by a case"
+        );
+    }
+    for c in &cases {
+        assert!(files.contains(&c.pod), "{}: no pod file {}", c.name, c.pod);
+    }
+}
+
+#[test]
+fn classification_errors_name_the_input() {
+    let pod = pod_file("running.yaml");
+    let err = wasm_classify("{}", &pod, "soon").unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    assert!(err.message.contains("now: "), "{err}");
+    let err = wasm_classify(
+        r#"{"podPendingTimeout": "10 minutes"}"#,
+        &pod,
+        "2026-01-01T00:00:00Z",
+    )
+    .unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    assert!(
+        err.message
+            .starts_with("podPendingTimeout: invalid duration \"10 minutes\""),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoration
+// ---------------------------------------------------------------------------------------------
+
+/// A pod in k8s-openapi's own encoding, so that the Wasm policy (which edits the JSON document)
+/// and the native logic (which decodes the whole pod) can be compared value for value.
+fn canonical(pod: Value) -> Value {
+    let pod: Pod = serde_json::from_value(pod).expect("a Pod");
+    serde_json::to_value(pod).expect("pods serialise")
+}
+
+fn wasm_decorate(settings: &str, c: &PodContext, pod: &Value) -> Result<Value, EvalError> {
+    let (policy, name) = default_policy(Hook::Decorate);
+    let out = engine().decorate(&policy, name, &wit_ctx(c), settings, &pod.to_string())?;
+    Ok(serde_json::from_str(&out).expect("the decorated pod is JSON"))
+}
+
+/// Decorates through Wasm and checks the result equals the native logic's.
+fn decorate(settings: &str, c: &PodContext, pod: &Value) -> Value {
+    let wasm = wasm_decorate(settings, c, pod).unwrap_or_else(|e| panic!("{e}"));
+    let native_settings: DecorateSettings =
+        settings_from_json(settings).unwrap_or_else(|e| panic!("{e}"));
+    let native = decorate_pod(
+        &native_settings,
+        &logic_ctx(c),
+        serde_json::from_value(pod.clone()).unwrap(),
+    );
+    assert_eq!(
+        wasm,
+        serde_json::to_value(native).unwrap(),
+        "Wasm and native decoration differ for settings {settings}"
+    );
+    wasm
+}
+
+fn env(pod: &Value, list: &str, i: usize) -> Vec<(String, String)> {
+    pod["spec"][list][i]["env"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no env on {list}[{i}] of {pod}"))
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+const EXECUTION_ENV: [(&str, &str); 6] = [
+    ("TFJOB_NAME", "mnist"),
+    ("TFJOB_NAMESPACE", "ml"),
+    ("TFJOB_UID", "uid-1"),
+    ("TFJOB_REPLICA_TYPE", "Worker"),
+    ("TFJOB_REPLICA_INDEX", "3"),
+    ("TFJOB_ATTEMPT", "2"),
+];
+
+fn env_pod() -> Value {
+    canonical(json!({
+        "metadata": {"name": "mnist-worker-3", "namespace": "ml"},
+        "spec": {
+            "initContainers": [{"name": "fetch-data", "image": "busybox:1.36"}],
+            "containers": [
+                {"name": "tensorflow", "image": "tensorflow/tensorflow:2.15.0",
+                 "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
+                         {"name": "TFJOB_ATTEMPT", "value": "mine"}]},
+                {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"}
+            ]
+        }
+    }))
+}
+
+#[test]
+fn decoration_adds_the_execution_env_then_default_env_vars_in_order() {
+    // Raw JSON: the order of defaultEnvVars is the order written.
+    let settings = r#"{"defaultEnvVars": {"Z_FIRST": "1", "A_SECOND": "$(Z_FIRST)", "TF_CPP_MIN_LOG_LEVEL": "0"}}"#;
+    let out = decorate(settings, &ctx(), &env_pod());
+    let mut fetch = pairs(&EXECUTION_ENV);
+    fetch.extend(pairs(&[
+        ("Z_FIRST", "1"),
+        ("A_SECOND", "$(Z_FIRST)"),
+        ("TF_CPP_MIN_LOG_LEVEL", "0"),
+    ]));
+    assert_eq!(env(&out, "initContainers", 0), fetch);
+    assert_eq!(env(&out, "containers", 1), fetch);
+    // The container's own variables stay first and keep their values.
+    assert_eq!(
+        env(&out, "containers", 0),
+        pairs(&[
+            ("TF_CPP_MIN_LOG_LEVEL", "2"),
+            ("TFJOB_ATTEMPT", "mine"),
+            ("TFJOB_NAME", "mnist"),
+            ("TFJOB_NAMESPACE", "ml"),
+            ("TFJOB_UID", "uid-1"),
+            ("TFJOB_REPLICA_TYPE", "Worker"),
+            ("TFJOB_REPLICA_INDEX", "3"),
+            ("Z_FIRST", "1"),
+            ("A_SECOND", "$(Z_FIRST)"),
+        ])
+    );
+}
+
+#[test]
+fn default_settings_add_only_the_execution_env() {
+    let pod = env_pod();
+    for settings in ["{}", "", "null"] {
+        let mut out = decorate(settings, &ctx(), &pod);
+        assert_eq!(env(&out, "initContainers", 0), pairs(&EXECUTION_ENV));
+        assert_eq!(env(&out, "containers", 1), pairs(&EXECUTION_ENV));
+        // Nothing else changes.
+        let mut before = pod.clone();
+        for (list, i) in [("initContainers", 0), ("containers", 0), ("containers", 1)] {
+            out["spec"][list][i].as_object_mut().unwrap().remove("env");
+            before["spec"][list][i]
+                .as_object_mut()
+                .unwrap()
+                .remove("env");
+        }
+        assert_eq!(out, before, "settings {settings:?}");
+    }
+}
+
+const ACCELERATORS: &str = r#"{
+    "accelerators": {
+        "nvidia.com/gpu": {
+            "volumes": [
+                {"name": "nvidia-driver", "hostPath": "/home/kubernetes/bin/nvidia", "mountPath": "/usr/local/nvidia"},
+                {"name": "nvidia-libs", "hostPath": "/usr/lib/nvidia", "mountPath": "/usr/local/nvidia/lib64"}
+            ],
+            "envVars": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "NVIDIA_VISIBLE_DEVICES": "all"}
+        },
+        "example.com/fpga": {
+            "volumes": [{"name": "fpga", "hostPath": "/dev/fpga", "mountPath": "/dev/fpga"}]
+        }
+    }
+}"#;
+
+#[test]
+fn accelerators_go_to_the_containers_using_them_and_volumes_to_the_pod_once() {
+    let pod = canonical(json!({
+        "metadata": {"name": "mnist-worker-3"},
+        "spec": {
+            "initContainers": [{"name": "warm-up", "image": "tf",
+                "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            "containers": [
+                {"name": "tensorflow", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "log-shipper", "image": "fluent", "resources": {"requests": {"cpu": "100m"}}},
+                {"name": "evaluator", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}]
+        }
+    }));
+    let out = decorate(ACCELERATORS, &ctx(), &pod);
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([
+            {"name": "data", "emptyDir": {}},
+            {"name": "nvidia-driver", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}},
+            {"name": "nvidia-libs", "hostPath": {"path": "/usr/lib/nvidia"}}
+        ])
+    );
+    let gpu_mounts = json!([
+        {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"},
+        {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"}
+    ]);
+    assert_eq!(out["spec"]["initContainers"][0]["volumeMounts"], gpu_mounts);
+    assert_eq!(out["spec"]["containers"][0]["volumeMounts"], gpu_mounts);
+    assert_eq!(
+        out["spec"]["containers"][2]["volumeMounts"],
+        json!([
+            {"name": "data", "mountPath": "/data"},
+            {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"},
+            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"}
+        ])
+    );
+    assert!(out["spec"]["containers"][1].get("volumeMounts").is_none());
+    let mut gpu_env = pairs(&EXECUTION_ENV);
+    gpu_env.extend(pairs(&[
+        ("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+    ]));
+    assert_eq!(env(&out, "initContainers", 0), gpu_env);
+    assert_eq!(env(&out, "containers", 0), gpu_env);
+    assert_eq!(env(&out, "containers", 2), gpu_env);
+    assert_eq!(env(&out, "containers", 1), pairs(&EXECUTION_ENV));
+
+    // A pod without accelerators gets no volumes at all.
+    let plain = canonical(json!({"metadata": {"name": "ps-0"},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}}));
+    let out = decorate(ACCELERATORS, &ctx(), &plain);
+    assert!(out["spec"].get("volumes").is_none(), "{out}");
+    assert!(out["spec"]["containers"][0].get("volumeMounts").is_none());
+}
+
+const TOLERATIONS: &str = r#"{
+    "resourceTolerations": {
+        "nvidia.com/gpu": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "cpu": [{"key": "dedicated", "value": "training", "effect": "NoSchedule"}],
+        "memory": [{"key": "high-memory", "operator": "Exists"}]
+    },
+    "interruptibleTolerations": [
+        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ],
+    "defaultTolerations": [
+        {"key": "team", "operator": "Equal", "value": "ml"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ]
+}"#;
+
+fn toleration_pod() -> Value {
+    canonical(json!({
+        "metadata": {"name": "mnist-worker-3"},
+        "spec": {
+            "containers": [
+                {"name": "tensorflow", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "log-shipper", "image": "fluent", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+            // Already present, with the implicit Equal operator.
+            "tolerations": [{"key": "team", "value": "ml"}]
+        }
+    }))
+}
+
+#[test]
+fn tolerations_by_resource_name_then_interruptible_then_default_without_duplicates() {
+    let expected_plain = json!([
+        {"key": "team", "value": "ml"},
+        {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ]);
+    for c in [ctx(), interruptible("True"), interruptible("yes")] {
+        let out = decorate(TOLERATIONS, &c, &toleration_pod());
+        assert_eq!(
+            out["spec"]["tolerations"], expected_plain,
+            "{:?}",
+            c.job_annotations
+        );
+    }
+    let out = decorate(TOLERATIONS, &interruptible("true"), &toleration_pod());
+    assert_eq!(
+        out["spec"]["tolerations"],
+        json!([
+            {"key": "team", "value": "ml"},
+            {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        ])
+    );
+    // Decorating again adds nothing.
+    let again = decorate(TOLERATIONS, &interruptible("true"), &out);
+    assert_eq!(again["spec"]["tolerations"], out["spec"]["tolerations"]);
+}
+
+#[test]
+fn labels_annotations_node_selector_and_scheduler_fill_only_what_the_pod_leaves_unset() {
+    let settings = r#"{
+        "defaultLabels": {"team": "platform", "tier": "batch"},
+        "defaultAnnotations": {"cost-center": "42", "note": "platform"},
+        "nodeSelector": {"pool": "training", "zone": "a"},
+        "interruptibleNodeSelector": {"pool": "spot", "cloud.google.com/gke-spot": "true"},
+        "schedulerName": "volcano"
+    }"#;
+    let pod = canonical(json!({
+        "metadata": {"name": "mnist-worker-3", "labels": {"team": "ml"}, "annotations": {"note": "mine"}},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf"}], "nodeSelector": {"zone": "b"}}
+    }));
+    let out = decorate(settings, &ctx(), &pod);
+    assert_eq!(
+        out["metadata"]["labels"],
+        json!({"team": "ml", "tier": "batch"})
+    );
+    assert_eq!(
+        out["metadata"]["annotations"],
+        json!({"cost-center": "42", "note": "mine"})
+    );
+    assert_eq!(
+        out["spec"]["nodeSelector"],
+        json!({"pool": "training", "zone": "b"})
+    );
+    assert_eq!(out["spec"]["schedulerName"], "volcano");
+
+    let out = decorate(settings, &interruptible("true"), &pod);
+    assert_eq!(
+        out["spec"]["nodeSelector"],
+        json!({"cloud.google.com/gke-spot": "true", "pool": "spot", "zone": "b"})
+    );
+
+    let mut own_scheduler = pod.clone();
+    own_scheduler["spec"]["schedulerName"] = json!("kube-batch");
+    let out = decorate(settings, &ctx(), &own_scheduler);
+    assert_eq!(out["spec"]["schedulerName"], "kube-batch");
+}
+
+#[test]
+fn settings_errors_name_the_field() {
+    let check = |hook: Hook, settings: &str, expected: &str| {
+        let (policy, name) = default_policy(hook);
+        let err = engine()
+            .validate_settings(&policy, name, settings)
+            .expect_err(settings);
+        assert_eq!(err.category, Category::Settings, "{err}");
+        assert!(
+            err.message.starts_with(expected),
+            "{name} with {settings}: {err}"
+        );
+    };
+    for (settings, expected) in [
+        (
+            r#"{"defaultEnvVars": {"TFJOB_NAME": "x"}}"#,
+            "defaultEnvVars.TFJOB_NAME: reserved",
+        ),
+        (
+            r#"{"accelerators": {"nvidia.com/gpu": {"volumes": [{"name": "lib", "hostPath": "usr/lib", "mountPath": "/lib"}]}}}"#,
+            "accelerators[\"nvidia.com/gpu\"].volumes[0].hostPath: \"usr/lib\" must be an absolute path",
+        ),
+        (
+            r#"{"defaultTolerations": [{"key": "a", "operator": "In"}]}"#,
+            "defaultTolerations[0].operator: \"In\" is not one of [\"Equal\", \"Exists\"]",
+        ),
+        (
+            r#"{"resourceTolerations": {"nvidia.com/gpu": [{"key": "a", "tolerationSeconds": 30}]}}"#,
+            "resourceTolerations[\"nvidia.com/gpu\"][0].tolerationSeconds: ",
+        ),
+        (
+            r#"{"defaultLabels": {"team": "not ok"}}"#,
+            "defaultLabels.team: ",
+        ),
+        (
+            r#"{"schedulerName": ""}"#,
+            "schedulerName: must not be empty",
+        ),
+        (
+            r#"{"nodeSelectors": {}}"#,
+            "nodeSelectors: unknown field `nodeSelectors`",
+        ),
+    ] {
+        check(Hook::Decorate, settings, expected);
+    }
+    check(
+        Hook::Resources,
+        r#"{"limits": {"memory": "lots"}}"#,
+        "limits.memory: invalid quantity \"lots\": expected a number",
+    );
+    check(
+        Hook::Resources,
+        r#"{"defaults": {"requests": {"nvidia.com/gpu": "1"}}}"#,
+        "defaults.requests[\"nvidia.com/gpu\"]: only cpu and memory",
+    );
+    check(
+        Hook::Classify,
+        r#"{"imagePullBackOffGracePeriod": "1m"}"#,
+        "imagePullBackOffGracePeriod: unknown field",
+    );
+    // The hook itself rejects bad settings the same way.
+    let err = wasm_decorate(r#"{"schedulerName": ""}"#, &ctx(), &env_pod()).unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    assert!(err.message.starts_with("schedulerName: "), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resource overrides
+// ---------------------------------------------------------------------------------------------
+
+fn wasm_resources(
+    settings: &str,
+    container: &str,
+    requirements: Value,
+) -> Result<Value, EvalError> {
+    let (policy, name) = default_policy(Hook::Resources);
+    let out = engine().override_resources(
+        &policy,
+        name,
+        &wit_ctx(&ctx()),
+        settings,
+        container,
+        &requirements.to_string(),
+    )?;
+    Ok(serde_json::from_str(&out).expect("the requirements are JSON"))
+}
+
+/// Overrides through Wasm and checks the result equals the native logic's.
+fn resources(settings: &str, requirements: Value) -> Value {
+    let wasm = wasm_resources(settings, "tensorflow", requirements.clone())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let native_settings: ResourceSettings =
+        settings_from_json(settings).unwrap_or_else(|e| panic!("{e}"));
+    let parsed: ResourceRequirements = serde_json::from_value(requirements).unwrap();
+    let native = override_resources(&native_settings, "tensorflow", parsed).unwrap();
+    assert_eq!(
+        wasm,
+        serde_json::to_value(native).unwrap(),
+        "settings {settings}"
+    );
+    wasm
+}
+
+#[test]
+fn resources_get_default_requests_and_equal_limits() {
+    let out = resources("{}", json!({}));
+    assert_eq!(
+        out,
+        json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}})
+    );
+    // Defaults from settings replace the built-in ones one by one.
+    let out = resources(r#"{"defaults": {"requests": {"cpu": "250m"}}}"#, json!({}));
+    assert_eq!(out["requests"], json!({"cpu": "250m", "memory": "1Gi"}));
+}
+
+#[test]
+fn a_missing_request_takes_the_limit_and_a_missing_limit_the_request() {
+    let out = resources(
+        "{}",
+        json!({"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {}}),
+    );
+    assert_eq!(out["requests"], json!({"cpu": "2", "memory": "4Gi"}));
+    let out = resources(
+        "{}",
+        json!({"requests": {"cpu": "500m", "memory": "512Mi"}}),
+    );
+    assert_eq!(out["limits"], json!({"cpu": "500m", "memory": "512Mi"}));
+}
+
+#[test]
+fn platform_caps_apply_then_the_request_is_at_most_the_limit() {
+    let caps = r#"{"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}}"#;
+    let out = resources(
+        caps,
+        json!({"requests": {"cpu": "6", "memory": "16Gi"}, "limits": {"cpu": "8", "nvidia.com/gpu": "4"}}),
+    );
+    assert_eq!(
+        out,
+        json!({
+            "requests": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
+            "limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}
+        })
+    );
+    let out = resources(
+        "{}",
+        json!({"requests": {"cpu": "3"}, "limits": {"cpu": "2500m"}}),
+    );
+    assert_eq!(out["requests"]["cpu"], "2500m");
+    assert_eq!(out["limits"]["cpu"], "2500m");
+    // Under the cap nothing changes.
+    let out = resources(caps, json!({"requests": {"cpu": "1", "memory": "2Gi"}}));
+    assert_eq!(out["requests"], json!({"cpu": "1", "memory": "2Gi"}));
+}
+
+#[test]
+fn gpu_is_renamed_to_the_gpu_resource_name() {
+    let out = resources("{}", json!({"limits": {"gpu": "1"}}));
+    assert_eq!(
+        out,
+        json!({
+            "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+        })
+    );
+    let out = resources(
+        r#"{"gpuResourceName": "amd.com/gpu"}"#,
+        json!({"requests": {"gpu": "2"}}),
+    );
+    assert_eq!(out["requests"]["amd.com/gpu"], "2");
+    assert_eq!(out["limits"]["amd.com/gpu"], "2");
+    assert!(out["requests"].get("gpu").is_none(), "{out}");
+    assert!(out["requests"].get("nvidia.com/gpu").is_none(), "{out}");
+}
+
+#[test]
+fn ephemeral_storage_and_the_gpu_only_when_present() {
+    let out = resources("{}", json!({}));
+    for list in ["requests", "limits"] {
+        assert!(out[list].get("ephemeral-storage").is_none(), "{out}");
+        assert!(out[list].get("nvidia.com/gpu").is_none(), "{out}");
+    }
+    let out = resources("{}", json!({"requests": {"ephemeral-storage": "10240Mi"}}));
+    assert_eq!(out["requests"]["ephemeral-storage"], "10Gi");
+    assert_eq!(out["limits"]["ephemeral-storage"], "10Gi");
+}
+
+#[test]
+fn quantities_come_out_canonical() {
+    let out = resources(
+        "{}",
+        json!({"requests": {"memory": "1024Mi", "cpu": "0.5"}, "limits": {"memory": "1536Mi"}}),
+    );
+    assert_eq!(out["requests"], json!({"cpu": "500m", "memory": "1Gi"}));
+    assert_eq!(out["limits"], json!({"cpu": "500m", "memory": "1536Mi"}));
+}
+
+#[test]
+fn an_unparsable_quantity_names_the_container_and_the_resource() {
+    let err = wasm_resources("{}", "ps", json!({"limits": {"memory": "lots"}})).unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    assert!(
+        err.message.ends_with(
+            "container \"ps\": resources.limits.memory: invalid quantity \"lots\": expected a number"
+        ),
+        "{err}"
+    );
+    let err = wasm_resources(
+        "{}",
+        "worker",
+        json!({"requests": {"nvidia.com/gpu": "one"}}),
+    )
+    .unwrap_err();
+    assert!(
+        err.message.contains(
+            "container \"worker\": resources.requests[\"nvidia.com/gpu\"]: invalid quantity \"one\""
+        ),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The defaults behind the planner's seam, and the operator's policy flags
+// ---------------------------------------------------------------------------------------------
+
+fn seam(active: Vec<ActivePolicy>) -> WasmPolicies {
+    WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new(active))),
+    )
+}
+
+fn label(name: &str) -> String {
+    let d = defaults::find(name).expect("a default policy");
+    format!("{name}@{}", &sha256_hex(d.wasm)[..12])
+}
+
+#[test]
+fn shape_pod_with_the_defaults_records_both_policies_on_the_pod() {
+    let policies =
+        seam(defaults::load_defaults(engine(), &PolicyConfig::default()).expect("defaults load"));
+    let shaped = policies
+        .shape_pod(&ctx(), pod_file("worker.yaml"))
+        .expect("the defaults shape the pod");
+    let expected = format!(
+        "{},{}",
+        label("default-decorate"),
+        label("default-resources")
+    );
+    assert_eq!(shaped.applied, expected.split(',').collect::<Vec<_>>());
+    assert!(shaped.skipped.is_empty());
+    let annotations = shaped.pod.metadata.annotations.clone().unwrap_or_default();
+    let recorded = &annotations[APPLIED_ANNOTATION];
+    assert_eq!(recorded, &expected);
+    // `default-decorate@<12 hex>,default-resources@<12 hex>`
+    let parts: Vec<(&str, &str)> = recorded
+        .split(',')
+        .map(|p| p.split_once('@').expect("name@digest"))
+        .collect();
+    assert_eq!(
+        parts.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ["default-decorate", "default-resources"]
+    );
+    for (_, digest) in &parts {
+        assert_eq!(digest.len(), 12, "{recorded}");
+        assert!(
+            digest
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)),
+            "{recorded}"
+        );
+    }
+
+    let pod = serde_json::to_value(&shaped.pod).unwrap();
+    // Decoration: the execution environment on every container.
+    for (list, i) in [("initContainers", 0), ("containers", 0), ("containers", 1)] {
+        let names: Vec<String> = env(&pod, list, i).into_iter().map(|(n, _)| n).collect();
+        assert!(
+            EXECUTION_ENV
+                .iter()
+                .all(|(n, _)| names.iter().any(|m| m == n)),
+            "{list}[{i}]: {names:?}"
+        );
+    }
+    // Resources: every container, init containers too, after decoration.
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"],
+        json!({
+            "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}
+        })
+    );
+    assert_eq!(
+        pod["spec"]["containers"][1]["resources"],
+        json!({"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}})
+    );
+    assert_eq!(
+        pod["spec"]["initContainers"][0]["resources"],
+        json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}})
+    );
+    // What no policy touches is left as built.
+    let before = serde_json::to_value(pod_file("worker.yaml")).unwrap();
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        before["spec"]["containers"][0]["image"]
+    );
+    assert_eq!(pod["metadata"]["labels"], before["metadata"]["labels"]);
+}
+
+fn gpu_pod(resource: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "mnist-worker-3", "namespace": "ml"},
+        "spec": {"containers": [
+            {"name": "tensorflow", "image": "tf", "resources": {"limits": {resource: "1"}}},
+            {"name": "log-shipper", "image": "fluent"}
+        ]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_default_decoration_prepares_gpu_containers_however_the_gpu_is_written() {
+    let policies = seam(defaults::load_defaults(engine(), &PolicyConfig::default()).unwrap());
+    let shaped = policies
+        .shape_pod(&ctx(), gpu_pod("nvidia.com/gpu"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = serde_json::to_value(&shaped.pod).unwrap();
+    assert_eq!(
+        pod["spec"]["volumes"],
+        json!([{"name": "nvidia-driver", "hostPath": {"path": defaults::NVIDIA_DRIVER_HOST_PATH}}])
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+    );
+    assert!(env(&pod, "containers", 0).contains(&(
+        "NVIDIA_DRIVER_CAPABILITIES".into(),
+        "compute,utility".into()
+    )));
+    assert!(pod["spec"]["containers"][1].get("volumeMounts").is_none());
+    assert_eq!(
+        pod["spec"]["tolerations"],
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    );
+    // `gpu` is the same request (default-resources renames it): the same pod comes out, or the
+    // container would land without the driver, or never pass the GPU nodes' taint.
+    let alias = policies
+        .shape_pod(&ctx(), gpu_pod("gpu"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(serde_json::to_value(&alias.pod).unwrap(), pod);
+    // A pod without GPUs gets neither.
+    let cpu_only = policies
+        .shape_pod(&ctx(), gpu_pod("cpu"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spec = serde_json::to_value(cpu_only.pod.spec).unwrap();
+    assert!(spec.get("volumes").is_none(), "{spec}");
+    assert!(spec.get("tolerations").is_none(), "{spec}");
+}
+
+fn write(dir: &Path, file: &str, contents: &[u8]) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, contents).expect("writing a temp file");
+    path
+}
+
+#[test]
+fn accelerator_volumes_configured_for_the_default_decorate_policy_reach_the_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "policy-config.yaml",
+        br#"
+default-decorate:
+  settings:
+    accelerators:
+      nvidia.com/gpu:
+        volumes:
+        - {name: nvidia-driver, hostPath: /home/kubernetes/bin/nvidia, mountPath: /usr/local/nvidia}
+        envVars: {LD_LIBRARY_PATH: /usr/local/nvidia/lib64}
+"#,
+    );
+    let config = load_policy_config(&config).expect("config loads");
+    let policies = seam(defaults::load_defaults(engine(), &config).expect("defaults load"));
+    let mut pod = pod_file("worker.yaml");
+    // Decoration reads resources as written: the accelerator is keyed by the full name.
+    let limits = pod.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .limits
+        .as_mut()
+        .unwrap();
+    let gpu = limits.remove("gpu").unwrap();
+    limits.insert("nvidia.com/gpu".into(), gpu);
+    let shaped = policies
+        .shape_pod(&ctx(), pod)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = serde_json::to_value(&shaped.pod).unwrap();
+    assert_eq!(
+        pod["spec"]["volumes"],
+        json!([{"name": "nvidia-driver", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}}])
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+    );
+    assert!(pod["spec"]["containers"][1].get("volumeMounts").is_none());
+}
+
+fn image_pull_backoff_at(policies: &WasmPolicies, now: &str) -> tfjob_planner::Verdict {
+    policies
+        .classify(
+            &ctx(),
+            &pod_file("pending-image-pull-backoff.yaml"),
+            at(now),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn policy_config_overrides_the_default_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "policy-config.yaml",
+        b"default-classify:\n  settings:\n    imagePullBackoffGracePeriod: 30s\n",
+    );
+    let config = load_policy_config(&path).expect("config loads");
+    let configured = seam(defaults::load_defaults(engine(), &config).expect("defaults load"));
+    let plain = seam(defaults::load_defaults(engine(), &PolicyConfig::default()).unwrap());
+
+    // 30 s after the condition: past the configured grace period, within the default one.
+    let v = image_pull_backoff_at(&configured, "2026-01-01T00:01:30Z");
+    assert_eq!(v.phase, VerdictPhase::RetryableFailure, "{v:?}");
+    assert!(
+        v.message.starts_with("Grace period [30s] exceeded|"),
+        "{v:?}"
+    );
+    assert_eq!(v.policy, label("default-classify"));
+    let v = image_pull_backoff_at(&plain, "2026-01-01T00:01:30Z");
+    assert_eq!(v.phase, VerdictPhase::Initializing, "{v:?}");
+    // 29 s after: within both.
+    let v = image_pull_backoff_at(&configured, "2026-01-01T00:01:29Z");
+    assert_eq!(v.phase, VerdictPhase::Initializing, "{v:?}");
+}
+
+#[test]
+fn policy_config_errors_name_the_policy_or_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |yaml: &str| {
+        let path = write(dir.path(), "policy-config.yaml", yaml.as_bytes());
+        let config = load_policy_config(&path).expect("config parses");
+        defaults::load_defaults(engine(), &config).map(|_| ())
+    };
+    let err = load("default-clasify:\n  settings: {}\n").unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    assert!(err.message.contains("\"default-clasify\""), "{err}");
+    assert!(err.message.contains("default-classify"), "{err}");
+
+    let err = load("default-classify:\n  settings:\n    imagePullBackoffGracePeriod: soon\n")
+        .unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    assert!(
+        err.message.starts_with(
+            "default-classify: imagePullBackoffGracePeriod: invalid duration \"soon\""
+        ),
+        "{err}"
+    );
+
+    let err = load("default-resources:\n  settings:\n    limits: {memory: lots}\n").unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    assert!(
+        err.message
+            .starts_with("default-resources: limits.memory: "),
+        "{err}"
+    );
+
+    // A misspelt override field is caught when the file is read, naming file and field.
+    let path = write(
+        dir.path(),
+        "typo.yaml",
+        b"default-classify:\n  setings: {}\n",
+    );
+    let err = load_policy_config(&path).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("typo.yaml"), "{text}");
+    assert!(text.contains("setings"), "{text}");
+}
+
+#[test]
+fn a_policy_dir_loads_each_module_with_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "x.wasm", HOSTILE_POLICY_WASM);
+    write(
+        dir.path(),
+        "x.yaml",
+        b"hooks: [decorate]\nsettings: {mode: ok}\n",
+    );
+    let loaded = load_policy_dir(engine(), dir.path()).expect("the directory loads");
+    assert_eq!(loaded.len(), 1);
+    let p = &loaded[0];
+    assert_eq!(p.name(), "x");
+    assert_eq!(p.manifest.hooks, vec![Hook::Decorate]);
+    assert_eq!(p.settings, r#"{"mode":"ok"}"#);
+    assert_eq!(p.compiled.digest, sha256_hex(HOSTILE_POLICY_WASM));
+    assert_eq!(
+        p.compiled.hooks(),
+        vec![Hook::Decorate, Hook::Resources, Hook::Classify]
+    );
+
+    // It runs for its declared hook only.
+    let policies = seam(loaded);
+    let pod = pod_file("worker.yaml");
+    let shaped = policies.shape_pod(&ctx(), pod.clone()).expect("mode ok");
+    let label = format!("x@{}", &sha256_hex(HOSTILE_POLICY_WASM)[..12]);
+    assert_eq!(shaped.applied, vec![label.clone()]);
+    let mut without_annotation = shaped.pod.clone();
+    let annotations = without_annotation.metadata.annotations.as_mut().unwrap();
+    assert_eq!(annotations.remove(APPLIED_ANNOTATION), Some(label));
+    if annotations.is_empty() {
+        without_annotation.metadata.annotations = None;
+    }
+    assert_eq!(without_annotation, pod);
+}
+
+#[test]
+fn policy_dir_errors_name_the_file() {
+    // A module without a manifest.
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = write(dir.path(), "x.wasm", HOSTILE_POLICY_WASM);
+    let err = load_policy_dir(engine(), dir.path()).unwrap_err();
+    match &err {
+        LocalError::Manifest { path, message } => {
+            assert_eq!(path, &wasm);
+            assert!(message.contains("x.yaml"), "{err}");
+        }
+        other => panic!("expected a manifest error, got {other:?}"),
+    }
+    assert!(
+        err.to_string().starts_with(&wasm.display().to_string()),
+        "{err}"
+    );
+
+    // A manifest with a bad field.
+    let manifest = write(
+        dir.path(),
+        "x.yaml",
+        b"hooks: [decorate]\nfailurePolicy: Sometimes\n",
+    );
+    let err = load_policy_dir(engine(), dir.path()).unwrap_err();
+    match &err {
+        LocalError::Manifest { path, message } => {
+            assert_eq!(path, &manifest);
+            assert!(message.contains("failurePolicy"), "{err}");
+        }
+        other => panic!("expected a manifest error, got {other:?}"),
+    }
+    assert!(
+        err.to_string().starts_with(&manifest.display().to_string()),
+        "{err}"
+    );
+
+    // Settings the policy rejects name the module and the policy.
+    write(
+        dir.path(),
+        "x.yaml",
+        b"hooks: [decorate]\nsettings: {mode: teleport}\n",
+    );
+    let err = load_policy_dir(engine(), dir.path()).unwrap_err();
+    match &err {
+        LocalError::Rejected { path, name, error } => {
+            assert_eq!(path, &wasm);
+            assert_eq!(name, "x");
+            assert_eq!(error.category, Category::Settings, "{err}");
+        }
+        other => panic!("expected a rejected policy, got {other:?}"),
+    }
+}
