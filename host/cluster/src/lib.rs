@@ -3,10 +3,13 @@
 //! No real API server can run on the development and CI machines, so the project brings its
 //! own: an in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks
 //! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
-//! HTTP front.
+//! HTTP front (with [`table`] for kubectl and [`crd`] for custom resources); [`kubelet`]
+//! schedules pods onto simulated nodes and runs them by the scripts in their annotations;
+//! [`persist`] keeps the objects in a file across restarts.
 
 pub mod crd;
 pub mod error;
+pub mod kubelet;
 pub mod persist;
 pub mod selector;
 pub mod server;

@@ -1,7 +1,8 @@
 //! The real operator (kube-runtime controller, planner, native policies) against the embedded
 //! API server over HTTP: the CRD applied through the API, a TFJob created with kube-rs, pods and
 //! services created by the operator, pod phases driven by the test as a kubelet would, the
-//! job's conditions following, a restart under `ExitCode`, and garbage collection on delete.
+//! job's conditions following, a restart under `ExitCode`, and garbage collection on delete;
+//! and a job whose pods the simulated kubelet runs through a scripted retry.
 //! Every wait polls with a generous timeout; nothing asserts on timing.
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::sync::oneshot;
 
 struct Env {
     client: Client,
+    store: Arc<Store>,
     stop: Option<oneshot::Sender<()>>,
     operator: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -59,6 +61,7 @@ async fn start() -> Env {
     }));
     Env {
         client,
+        store,
         stop: Some(tx),
         operator,
     }
@@ -232,5 +235,64 @@ async fn a_retryable_exit_code_recreates_the_pod_once() {
         "{message}"
     );
     assert!(message.contains("retry-worker-0"), "{message}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulated_kubelet_runs_a_job_through_a_scripted_retry() {
+    let env = start().await;
+    let kubelet = tfjob_cluster::kubelet::spawn(
+        Arc::clone(&env.store),
+        tfjob_cluster::kubelet::KubeletConfig {
+            startup: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    let jobs: Api<TFJob> = Api::namespaced(env.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    // Worker 1 is killed (137, retryable under ExitCode) on its first run only.
+    let job: TFJob = serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+        "metadata": {"name": "sim", "namespace": "default"},
+        "spec": {"successPolicy": "AllWorkers", "tfReplicaSpecs": {"Worker": {
+            "replicas": 2, "restartPolicy": "ExitCode",
+            "template": {
+                "metadata": {"annotations": {
+                    "sim.tfjob.dev/duration": "300ms",
+                    "sim.tfjob.dev/exit-code": "1=137,*=0",
+                    "sim.tfjob.dev/fail-times": "1",
+                }},
+                "spec": {"containers": [{"name": "tensorflow", "image": "tf:2"}]}
+            }}}}
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let done = eventually("Succeeded", || async {
+        let j = jobs.get("sim").await.ok()?;
+        has(&j, JobConditionType::Succeeded).then_some(j)
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert!(!status.is_true(JobConditionType::Failed));
+    assert_eq!(status.restart_count, Some(1), "worker 1 was recreated once");
+    for name in ["sim-worker-0", "sim-worker-1"] {
+        let pod = pods.get(name).await.unwrap();
+        let state = pod.status.unwrap();
+        assert_eq!(state.phase.as_deref(), Some("Succeeded"), "{name}");
+        let exit = state.container_statuses.unwrap()[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code);
+        assert_eq!(exit, Some(0), "{name}");
+        assert!(
+            pod.spec
+                .unwrap()
+                .node_name
+                .unwrap()
+                .starts_with("sim-node-")
+        );
+    }
+    kubelet.abort();
     env.stop().await;
 }

@@ -2,6 +2,7 @@
 //! subcommand modules; errors are reported here, at the binary's edge.
 
 mod cli;
+mod demo;
 mod policy_cmd;
 mod policy_setup;
 mod render;

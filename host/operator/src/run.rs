@@ -80,7 +80,12 @@ async fn shutdown_signal() {
 }
 
 pub fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_logging_at(json, "info");
+}
+
+/// Logging with `default` as the level when `RUST_LOG` is not set.
+pub fn init_logging_at(json: bool, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if json {
         builder.json().init();

@@ -35,12 +35,25 @@ pub struct UpArgs {
     /// Concurrent reconciles of the operator.
     #[arg(long, default_value_t = 4)]
     pub threads: u16,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub nodes: u16,
+    /// `nvidia.com/gpu` of each simulated node.
+    #[arg(long, default_value_t = 2)]
+    pub gpus_per_node: u32,
+    /// Submit the jobs in `deploy/examples/` and show them run to the end, then stop.
+    #[arg(long)]
+    pub demo: bool,
+    /// Where `--demo` takes its jobs from.
+    #[arg(long, default_value = "deploy/examples", value_name = "DIR")]
+    pub examples: PathBuf,
     #[command(flatten)]
     pub policies: PolicyArgs,
 }
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
-    crate::run::init_logging(false);
+    // The demo's progress display is the output; logs only when something goes wrong.
+    crate::run::init_logging_at(false, if args.demo { "warn" } else { "info" });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -100,6 +113,14 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     println!("export KUBECONFIG={}", kubeconfig.display());
 
     let client = Client::try_from(Config::new(format!("http://{addr}").parse()?))?;
+    let kubelet = tfjob_cluster::kubelet::spawn(
+        Arc::clone(&store),
+        tfjob_cluster::kubelet::KubeletConfig {
+            nodes: usize::from(args.nodes),
+            gpus_per_node: args.gpus_per_node,
+            ..Default::default()
+        },
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let operator = {
         let mut rx = stop_rx.clone();
@@ -111,7 +132,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             policies: policies.seam(),
             instance: Some("embedded".into()),
         };
-        tokio::spawn(tfjob_controller::run(client, config, async move {
+        tokio::spawn(tfjob_controller::run(client.clone(), config, async move {
             let _ = rx.wait_for(|stop| *stop).await;
         }))
     };
@@ -131,10 +152,24 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         })
     });
 
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    if args.demo {
+        let jobs = crate::demo::submit_examples(&client, &args.examples).await?;
+        println!(
+            "Submitted {} jobs from {}; Ctrl-C stops.",
+            jobs.len(),
+            args.examples.display()
+        );
+        crate::demo::watch_progress(&client, &jobs, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    } else {
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
+    }
     println!("Shutting down...");
+    kubelet.abort();
     let _ = stop_tx.send(true);
     match tokio::time::timeout(Duration::from_secs(30), operator).await {
         Ok(Ok(Ok(()))) => {}
