@@ -15,6 +15,19 @@ enum Requirement {
     NotExists(String),
 }
 
+/// Field selector keys the server understands (pods, and core events as `kubectl describe`
+/// selects them).
+const SUPPORTED_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "status.phase",
+    "spec.nodeName",
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+];
+
 /// A parsed label or field selector; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selector {
@@ -117,6 +130,10 @@ impl Selector {
                 "metadata.namespace" => "/metadata/namespace",
                 "status.phase" => "/status/phase",
                 "spec.nodeName" => "/spec/nodeName",
+                "involvedObject.kind" => "/involvedObject/kind",
+                "involvedObject.name" => "/involvedObject/name",
+                "involvedObject.namespace" => "/involvedObject/namespace",
+                "involvedObject.uid" => "/involvedObject/uid",
                 _ => return None,
             };
             object
@@ -137,14 +154,7 @@ impl Selector {
                     ));
                 }
             };
-            if ![
-                "metadata.name",
-                "metadata.namespace",
-                "status.phase",
-                "spec.nodeName",
-            ]
-            .contains(&key.as_str())
-            {
+            if !SUPPORTED_FIELDS.contains(&key.as_str()) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {key}"
                 )));

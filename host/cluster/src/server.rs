@@ -436,13 +436,56 @@ fn delete_collection(
     ))
 }
 
-/// Applying a CRD makes its resources served, and marks it Established.
+/// Side effects of writes: applying a CRD makes its resources served (and marks it
+/// Established); an `events.k8s.io/v1` event is mirrored as a core/v1 event, which is the view
+/// `kubectl describe` reads (on a real server both are views of one object).
 fn after_write(store: &Store, t: &ResourceType, method: &Method, obj: &Value) {
-    if t.plural != "customresourcedefinitions" || *method == Method::DELETE {
+    if *method == Method::DELETE {
         return;
     }
-    if let Err(e) = crate::crd::established(store, obj) {
-        tracing::warn!(error = %e, "could not serve the CRD's resources");
+    if t.plural == "customresourcedefinitions" {
+        if let Err(e) = crate::crd::established(store, obj) {
+            tracing::warn!(error = %e, "could not serve the CRD's resources");
+        }
+    } else if t.group == "events.k8s.io" && t.plural == "events" {
+        mirror_event(store, obj);
+    }
+}
+
+fn mirror_event(store: &Store, event: &Value) {
+    let Some(core) = store.resource("", "events") else {
+        return;
+    };
+    let name = event
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let ns = event.pointer("/metadata/namespace").and_then(Value::as_str);
+    let when = event
+        .pointer("/series/lastObservedTime")
+        .or_else(|| event.get("eventTime"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut mirrored = json!({
+        "metadata": {"name": name, "namespace": ns},
+        "involvedObject": event.get("regarding").cloned().unwrap_or(Value::Null),
+        "reason": event.get("reason").cloned().unwrap_or(Value::Null),
+        "message": event.get("note").cloned().unwrap_or(Value::Null),
+        "type": event.get("type").cloned().unwrap_or(Value::Null),
+        "source": {"component": event.get("reportingController").cloned().unwrap_or(Value::Null)},
+        "firstTimestamp": event.get("eventTime").cloned().unwrap_or(Value::Null),
+        "lastTimestamp": when,
+        "count": event.pointer("/series/count").cloned().unwrap_or(json!(1)),
+    });
+    let result = match store.get(&core, ns, name) {
+        Ok(existing) => {
+            mirrored["metadata"] = existing["metadata"].clone();
+            store.replace(&core, ns, name, mirrored, false)
+        }
+        Err(_) => store.create(&core, ns, mirrored),
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "could not mirror an event");
     }
 }
 

@@ -86,7 +86,13 @@ impl Context {
             reason: event.reason.clone(),
             note: Some(truncate(&event.message, 1024)),
             action: "Reconcile".into(),
-            secondary: None,
+            secondary: event.related.as_ref().map(|(kind, name)| ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some(kind.clone()),
+                name: Some(name.clone()),
+                namespace: regarding.namespace.clone(),
+                ..ObjectReference::default()
+            }),
         };
         if let Err(e) = self.recorder.publish(&kube_event, regarding).await {
             tracing::warn!(reason = %event.reason, error = %e, "could not publish event");

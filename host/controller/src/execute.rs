@@ -215,12 +215,7 @@ async fn report(
     };
     ctx.publish(
         reference,
-        &JobEvent {
-            type_,
-            reason,
-            message,
-            once_key: None,
-        },
+        &JobEvent::new(type_, &reason, message, None).about(kind, name),
     )
     .await;
     if let Err(e) = result

@@ -61,12 +61,12 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
     let plan = match planned {
         Ok(p) => p,
         Err(e) => {
-            let event = JobEvent {
-                type_: EventType::Warning,
-                reason: "PolicyFailed".into(),
-                message: format!("{e}; will retry"),
-                once_key: None,
-            };
+            let event = JobEvent::new(
+                EventType::Warning,
+                "PolicyFailed",
+                format!("{e}; will retry"),
+                None,
+            );
             ctx.publish(&job_reference(job), &event).await;
             return Err(e.into());
         }
@@ -126,16 +126,16 @@ async fn report_invalid(invalid: &InvalidObject, ctx: &Context) {
         resource_version: meta.resource_version.clone(),
         ..ObjectReference::default()
     };
-    let event = JobEvent {
-        type_: EventType::Warning,
-        reason: "InvalidTFJob".into(),
-        message: format!("TFJob cannot be read: {}", invalid.error),
-        once_key: Some(format!(
+    let event = JobEvent::new(
+        EventType::Warning,
+        "InvalidTFJob",
+        format!("TFJob cannot be read: {}", invalid.error),
+        Some(format!(
             "{}/{}/InvalidTFJob",
             meta.uid.as_deref().unwrap_or_default(),
             meta.resource_version.as_deref().unwrap_or_default()
         )),
-    };
+    );
     ctx.publish(&reference, &event).await;
 }
 

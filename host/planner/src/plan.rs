@@ -94,6 +94,33 @@ pub struct JobEvent {
     /// When set, the event is published once per key (pod incarnation and reason), not on every
     /// reconcile that sees the same situation.
     pub once_key: Option<String>,
+    /// The object the event is about besides the job, as (kind, name): events of one reason
+    /// about different pods stay separate instead of being merged into one series.
+    pub related: Option<(String, String)>,
+}
+
+impl JobEvent {
+    /// An event about the job alone.
+    pub fn new(
+        type_: EventType,
+        reason: &str,
+        message: String,
+        once_key: Option<String>,
+    ) -> JobEvent {
+        JobEvent {
+            type_,
+            reason: reason.to_owned(),
+            message,
+            once_key,
+            related: None,
+        }
+    }
+
+    /// The same event, also about `kind` `name`.
+    pub fn about(mut self, kind: &str, name: &str) -> JobEvent {
+        self.related = Some((kind.to_owned(), name.to_owned()));
+        self
+    }
 }
 
 /// Job lifecycle transitions, counted by the operator's metrics.
@@ -217,12 +244,9 @@ impl<'a, 'i> Planner<'a, 'i> {
     }
 
     fn event(&mut self, type_: EventType, reason: &str, message: String, once_key: Option<String>) {
-        self.plan.events.push(JobEvent {
-            type_,
-            reason: reason.to_owned(),
-            message,
-            once_key,
-        });
+        self.plan
+            .events
+            .push(JobEvent::new(type_, reason, message, once_key));
     }
 
     fn ensure_created(&mut self) {
@@ -617,12 +641,13 @@ impl<'a, 'i> Planner<'a, 'i> {
             .map(|t| t.exit_code);
         if let Some(code) = code {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            self.event(
+            let event = JobEvent::new(
                 EventType::Normal,
                 "ExitedWithCode",
                 format!("Pod: {}.{name} exited with code {code}", self.namespace),
                 Some(format!("{uid}/ExitedWithCode")),
             );
+            self.plan.events.push(event.about("Pod", &name));
         }
     }
 
@@ -814,12 +839,13 @@ impl<'a, 'i> Planner<'a, 'i> {
             "TFJobRestarting",
             &message,
         );
-        self.event(
+        let event = JobEvent::new(
             EventType::Warning,
             "TFJobRestarting",
             format!("{message} {}", verdict_detail(j.pod, &j.verdict)),
             Some(format!("{uid}/TFJobRestarting")),
         );
+        self.plan.events.push(event.about("Pod", &name));
         self.plan.transitions.push(Transition::Restarted);
     }
 
@@ -956,7 +982,12 @@ fn terminating_verdict(name: &str) -> Verdict {
 /// says which pod failed and who decided.
 fn verdict_detail(pod: &Pod, verdict: &Verdict) -> String {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let mut message = verdict.message.replace("\r\n", " ");
+    // Conditions and events are one line: the classifier's multi-line detail is folded.
+    let mut message = verdict
+        .message
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if message.len() > MAX_DETAIL {
         let mut cut = MAX_DETAIL;
         while !message.is_char_boundary(cut) {

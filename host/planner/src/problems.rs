@@ -32,12 +32,8 @@ pub fn pod_problem_events(pod: &Pod) -> Vec<JobEvent> {
         if events.iter().any(|e: &JobEvent| e.once_key == once_key) {
             return;
         }
-        events.push(JobEvent {
-            type_: EventType::Warning,
-            reason: reason.to_owned(),
-            message,
-            once_key,
-        });
+        events
+            .push(JobEvent::new(EventType::Warning, reason, message, once_key).about("Pod", name));
     };
     for c in status.conditions.iter().flatten() {
         if c.type_ == "PodScheduled"
