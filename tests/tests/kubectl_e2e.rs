@@ -131,6 +131,28 @@ impl Cluster {
     }
 }
 
+/// A background kubectl that is always stopped and reaped, even when an assertion fails.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    /// Stops the process and returns what it printed.
+    fn finish(mut self) -> String {
+        let mut child = self.0.take().expect("not finished yet");
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn example(name: &str) -> String {
     repo(&format!("deploy/examples/{name}"))
         .display()
@@ -222,12 +244,13 @@ fn kubectl_drives_a_job_through_restart_to_success_and_deletion() {
 fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
     let c = cluster();
     // `get -w` sees the job appear and change.
-    let mut watch = c
-        .kubectl(&["get", "tfjobs", "-w", "--output-watch-events"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let watch = Background(Some(
+        c.kubectl(&["get", "tfjobs", "-w", "--output-watch-events"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
     c.ok(&[
         "create",
         "-f",
@@ -249,9 +272,7 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
     ]);
     assert!(message.contains("Pod demo-bad-image-worker-0: ContainersNotReady|InvalidImageName (policy default-classify@"), "{message}");
     std::thread::sleep(Duration::from_millis(500));
-    let _ = watch.kill();
-    let mut seen = String::new();
-    std::io::Read::read_to_string(watch.stdout.as_mut().unwrap(), &mut seen).unwrap();
+    let seen = watch.finish();
     assert!(
         seen.contains("ADDED") && seen.contains("demo-bad-image"),
         "{seen}"
