@@ -307,3 +307,71 @@ fn other_evaluations_carry_on_while_one_policy_loops() {
         Category::Timeout
     );
 }
+
+/// A component whose `validate-settings` accepts only a pristine instance: its data segment's
+/// byte, a zero byte past it, its memory size, a mutable global and a freshly grown page all as
+/// instantiation leaves them. Then it changes every one of them, so an evaluation that saw what
+/// an earlier one left behind (a memory slot reused without being reset) reports `state leaked`.
+const STATEFUL_WAT: &str = r#"
+(component
+  (core module $m
+    (memory (export "memory") 1)
+    (data (i32.const 16) "\01")
+    (data (i32.const 32) "state leaked")
+    (global $calls (mut i32) (i32.const 0))
+    (global $heap (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local.set $p (i32.and
+        (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.xor (i32.sub (local.get 2) (i32.const 1)) (i32.const -1))))
+      (global.set $heap (i32.add (local.get $p) (local.get 3)))
+      (local.get $p))
+    (func (export "validate") (param i32 i32) (result i32)
+      (local $fresh i32)
+      (local.set $fresh (i32.and
+        (i32.and
+          (i32.eq (i32.load8_u (i32.const 16)) (i32.const 1))
+          (i32.eqz (i32.load8_u (i32.const 512))))
+        (i32.and
+          (i32.eq (memory.size) (i32.const 1))
+          (i32.eqz (global.get $calls)))))
+      (drop (memory.grow (i32.const 1)))
+      (local.set $fresh (i32.and (local.get $fresh)
+        (i32.eqz (i32.load8_u (i32.const 65552)))))
+      (i32.store8 (i32.const 16) (i32.const 2))
+      (i32.store8 (i32.const 512) (i32.const 7))
+      (i32.store8 (i32.const 65552) (i32.const 9))
+      (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+      (if (result i32) (local.get $fresh)
+        (then
+          (i32.store8 (i32.const 256) (i32.const 0))
+          (i32.const 256))
+        (else
+          (i32.store8 (i32.const 256) (i32.const 1))
+          (i32.store (i32.const 260) (i32.const 32))
+          (i32.store (i32.const 264) (i32.const 12))
+          (i32.const 256)))))
+  (core instance $i (instantiate $m))
+  (alias core export $i "memory" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (alias core export $i "validate" (core func $validate))
+  (func $validate-settings (param "settings" string) (result (result (error string)))
+    (canon lift (core func $validate) (memory $mem) (realloc $realloc)))
+  (instance $settings (export "validate-settings" (func $validate-settings)))
+  (export "tfjob:policy/settings@0.1.0" (instance $settings)))
+"#;
+
+#[test]
+fn no_state_survives_an_evaluation() {
+    let policy = engine()
+        .compile(STATEFUL_WAT.as_bytes())
+        .expect("the stateful component compiles");
+    assert!(policy.validates_settings());
+    // The same compiled module again and again: the pool hands its memory slot back to it.
+    for call in 0..20 {
+        engine()
+            .validate_settings(&policy, "stateful", r#"{"call": 1}"#)
+            .unwrap_or_else(|e| panic!("call {call}: {e}"));
+    }
+}
