@@ -125,7 +125,11 @@ fn gpu_pods_get_the_default_policies_decisions() {
 fn no_policies_prints_the_pods_as_built() {
     let pods = pods(&render(&["--no-policies"]));
     let worker = pod(&pods, "gpu-mnist-worker-0");
-    assert!(worker["metadata"]["annotations"].is_null());
+    // Only the template's own annotations: no policy shaped the pod.
+    assert_eq!(
+        worker["metadata"]["annotations"],
+        json!({"sim.tfjob.dev/duration": "3s"})
+    );
     assert_eq!(env(worker).len(), 1, "only TF_CONFIG");
     assert_eq!(
         worker["spec"]["containers"][0]["resources"],
