@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::{Client, Config};
-use tfjob_api::TFJob;
 use tfjob_cluster::Store;
 use tfjob_policy_engine::{
     PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
@@ -44,12 +43,7 @@ fn cluster() -> Cluster {
         store.set_validator(
             "kubeflow.org",
             "tfjobs",
-            Arc::new(|obj| {
-                let job: TFJob = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
-                tfjob_api::validation::validate(&job)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }),
+            Arc::new(tfjob_api::validation::admit),
         );
         let (addr, _) = tfjob_cluster::server::start(Arc::clone(&store), 0)
             .await

@@ -247,6 +247,14 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
     })
 }
 
+/// Admission check of a TFJob as JSON (what an API server's validation hook sees): rejects
+/// what [`validate`] rejects, and objects that are not TFJobs at all, as training-operator's
+/// webhook did.
+pub fn admit(object: &serde_json::Value) -> Result<(), String> {
+    let job: TFJob = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    validate(&job).map(|_| ()).map_err(|e| e.to_string())
+}
+
 /// The index of the container that carries `TF_CONFIG` and the job port: the one named
 /// `tensorflow`, else the first.
 pub fn default_container_index(template: &PodTemplateSpec) -> usize {
@@ -471,6 +479,20 @@ spec:
         assert!(!managed_elsewhere(&j));
         j.spec.run_policy.managed_by = None;
         assert!(!managed_elsewhere(&j));
+    }
+
+    #[test]
+    fn admission_rejects_invalid_jobs_naming_the_field() {
+        let ok = serde_json::to_value(job(VALID)).unwrap();
+        assert_eq!(admit(&ok), Ok(()));
+        let mut bad = ok.clone();
+        bad["spec"]["tfReplicaSpecs"]["WORKER"]["replicas"] = serde_json::json!(-1);
+        let err = admit(&bad).unwrap_err();
+        assert!(
+            err.contains("spec.tfReplicaSpecs[WORKER].replicas"),
+            "{err}"
+        );
+        assert!(admit(&serde_json::json!({"spec": 5})).is_err());
     }
 
     #[test]

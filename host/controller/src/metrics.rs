@@ -50,31 +50,35 @@ impl Metrics {
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
         };
         // prometheus-client appends `_total` to counters.
-        registry.register(
-            "training_operator_jobs_created",
-            "Number of TFJobs created",
-            m.jobs_created.clone(),
-        );
-        registry.register(
-            "training_operator_jobs_deleted",
-            "Number of TFJobs deleted",
-            m.jobs_deleted.clone(),
-        );
-        registry.register(
-            "training_operator_jobs_successful",
-            "Number of TFJobs that succeeded",
-            m.jobs_successful.clone(),
-        );
-        registry.register(
-            "training_operator_jobs_failed",
-            "Number of TFJobs that failed",
-            m.jobs_failed.clone(),
-        );
-        registry.register(
-            "training_operator_jobs_restarted",
-            "Number of TFJob replica restarts",
-            m.jobs_restarted.clone(),
-        );
+        for (name, help, family) in [
+            (
+                "training_operator_jobs_created",
+                "Number of TFJobs created",
+                &m.jobs_created,
+            ),
+            (
+                "training_operator_jobs_deleted",
+                "Number of TFJobs deleted",
+                &m.jobs_deleted,
+            ),
+            (
+                "training_operator_jobs_successful",
+                "Number of TFJobs that succeeded",
+                &m.jobs_successful,
+            ),
+            (
+                "training_operator_jobs_failed",
+                "Number of TFJobs that failed",
+                &m.jobs_failed,
+            ),
+            (
+                "training_operator_jobs_restarted",
+                "Number of TFJob replica restarts",
+                &m.jobs_restarted,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         registry.register(
             "tfjob_operator_reconciles",
             "Reconciles started",

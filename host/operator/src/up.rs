@@ -9,9 +9,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use kube::{Client, Config};
-use serde_json::Value;
-use tfjob_api::TFJob;
-use tfjob_api::validation::validate;
 use tfjob_cluster::Store;
 use tfjob_policy_engine::SandboxLimits;
 
@@ -61,13 +58,6 @@ pub fn main(args: UpArgs) -> anyhow::Result<()> {
     runtime.block_on(up(args))
 }
 
-/// Rejects invalid TFJobs at admission with the operator's own validation, as training-operator's
-/// webhook did.
-fn tfjob_admission(obj: &Value) -> Result<(), String> {
-    let job: TFJob = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
-    validate(&job).map(|_| ()).map_err(|e| e.to_string())
-}
-
 /// Starts the embedded API server with the CRD installed; returns the store and the address.
 pub async fn start_cluster(
     port: u16,
@@ -77,7 +67,11 @@ pub async fn start_cluster(
     let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd())?;
     tfjob_cluster::crd::install(&store, crd)
         .map_err(|e| anyhow::anyhow!("installing the TFJob CRD: {e}"))?;
-    store.set_validator("kubeflow.org", "tfjobs", Arc::new(tfjob_admission));
+    store.set_validator(
+        "kubeflow.org",
+        "tfjobs",
+        Arc::new(tfjob_api::validation::admit),
+    );
     if let Some(path) = state.filter(|p| p.exists()) {
         tfjob_cluster::persist::load(&store, path)
             .with_context(|| format!("restoring {}", path.display()))?;
