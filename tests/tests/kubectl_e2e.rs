@@ -6,14 +6,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
-use kube::{Client, Config};
-use tfjob_cluster::Store;
-use tfjob_policy_engine::{
-    PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
-};
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_operator::policy_setup::Policies;
+use tfjob_policy_engine::SandboxLimits;
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -24,10 +21,13 @@ fn repo(path: &str) -> PathBuf {
 struct Cluster {
     kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
+    // Dropped before the runtime it runs on.
+    _cluster: EmbeddedCluster,
     _runtime: tokio::runtime::Runtime,
 }
 
-/// Starts the whole cluster on a background runtime and writes a kubeconfig for it.
+/// Starts the whole cluster with the default Wasm policies on a background runtime and writes
+/// a kubeconfig for it.
 fn cluster() -> Cluster {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -36,49 +36,15 @@ fn cluster() -> Cluster {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let addr = runtime.block_on(async {
-        let store = Store::new();
-        let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd()).unwrap();
-        tfjob_cluster::crd::install(&store, crd).unwrap();
-        store.set_validator(
-            "kubeflow.org",
-            "tfjobs",
-            Arc::new(tfjob_api::validation::admit),
-        );
-        let (addr, _) = tfjob_cluster::server::start(Arc::clone(&store), 0)
-            .await
-            .unwrap();
-        tfjob_cluster::kubelet::spawn(Arc::clone(&store), Default::default());
-        let engine = Arc::new(PolicyEngine::new(SandboxLimits::default()).unwrap());
-        let active = defaults::load_defaults(&engine, &Default::default()).unwrap();
-        let registry = Arc::new(Registry::new(PolicySet::new(active)));
-        let client =
-            Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
-        let config = tfjob_controller::Config {
-            namespace: None,
-            threads: 4,
-            metrics_addr: None,
-            settings: Default::default(),
-            policies: Arc::new(WasmPolicies::new(engine, registry)),
-            instance: None,
-        };
-        tokio::spawn(tfjob_controller::run(
-            client,
-            config,
-            std::future::pending(),
-        ));
-        addr
-    });
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e, namespace: default}}\ncurrent-context: e2e\nusers:\n- name: e2e\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let policies = Policies::load(&Default::default(), SandboxLimits::default()).unwrap();
+    let cluster = runtime
+        .block_on(EmbeddedCluster::start(ClusterOptions::new(policies.seam())))
+        .unwrap();
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
     Cluster {
         kubeconfig,
         _dir: dir,
+        _cluster: cluster,
         _runtime: runtime,
     }
 }

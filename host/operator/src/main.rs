@@ -4,7 +4,6 @@
 mod cli;
 mod demo;
 mod policy_cmd;
-mod policy_setup;
 mod render;
 mod run;
 mod up;
@@ -12,6 +11,8 @@ mod up;
 use std::process::ExitCode;
 
 use clap::Parser;
+// The shared modules live in the library; importing them here keeps `crate::...` paths valid.
+use tfjob_operator::{embedded, policy_setup};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

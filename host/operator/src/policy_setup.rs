@@ -14,7 +14,7 @@ use tfjob_policy_engine::{
 };
 
 /// Flags that choose the policies.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct PolicyArgs {
     /// Directory of `NAME.wasm` policies, each with a manifest `NAME.yaml`.
     #[arg(long, value_name = "DIR")]

@@ -2,15 +2,16 @@
 //! development: the embedded API server, the TFJob CRD with admission validation, the default
 //! policies and the operator, with a kubeconfig written for kubectl.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::{Client, Config};
-use tfjob_cluster::Store;
+use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_policy_engine::SandboxLimits;
+
+use crate::embedded::{ClusterOptions, EmbeddedCluster};
 
 use crate::policy_setup::{Policies, PolicyArgs};
 
@@ -58,80 +59,36 @@ pub fn main(args: UpArgs) -> anyhow::Result<()> {
     runtime.block_on(up(args))
 }
 
-/// Starts the embedded API server with the CRD installed; returns the store and the address.
-pub async fn start_cluster(
-    port: u16,
-    state: Option<&Path>,
-) -> anyhow::Result<(Arc<Store>, std::net::SocketAddr)> {
-    let store = Store::new();
-    let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd())?;
-    tfjob_cluster::crd::install(&store, crd)
-        .map_err(|e| anyhow::anyhow!("installing the TFJob CRD: {e}"))?;
-    store.set_validator(
-        "kubeflow.org",
-        "tfjobs",
-        Arc::new(tfjob_api::validation::admit),
-    );
-    if let Some(path) = state.filter(|p| p.exists()) {
-        tfjob_cluster::persist::load(&store, path)
-            .with_context(|| format!("restoring {}", path.display()))?;
-    }
-    let (addr, _server) = tfjob_cluster::server::start(Arc::clone(&store), port)
-        .await
-        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
-    Ok((store, addr))
-}
-
-/// Writes a kubeconfig pointing at the embedded server.
-pub fn write_kubeconfig(path: &Path, addr: std::net::SocketAddr) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: developer\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: developer\n  user: {{}}\n"
-    );
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
 async fn up(args: UpArgs) -> anyhow::Result<()> {
     let limits = SandboxLimits {
         concurrency: u32::from(args.threads) * 2,
         ..SandboxLimits::default()
     };
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
-    let (store, addr) = start_cluster(args.port, args.state.as_deref()).await?;
-    write_kubeconfig(&args.kubeconfig_out, addr)?;
-    let kubeconfig =
-        std::fs::canonicalize(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
-    println!("Embedded cluster listening on http://{addr}");
-    println!("export KUBECONFIG={}", kubeconfig.display());
-
-    let client = Client::try_from(Config::new(format!("http://{addr}").parse()?))?;
-    let kubelet = tfjob_cluster::kubelet::spawn(
-        Arc::clone(&store),
-        tfjob_cluster::kubelet::KubeletConfig {
+    let cluster = EmbeddedCluster::start(ClusterOptions {
+        port: args.port,
+        state: args.state.clone(),
+        kubelet: KubeletConfig {
             nodes: usize::from(args.nodes),
             gpus_per_node: args.gpus_per_node,
             ..Default::default()
         },
-    );
+        threads: args.threads,
+        policies: policies.seam(),
+    })
+    .await?;
+    cluster
+        .write_kubeconfig(&args.kubeconfig_out)
+        .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
+    let kubeconfig =
+        std::fs::canonicalize(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
+    println!("Embedded cluster listening on http://{}", cluster.addr());
+    println!("export KUBECONFIG={}", kubeconfig.display());
+
+    let client = cluster.client();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let operator = {
-        let mut rx = stop_rx.clone();
-        let config = tfjob_controller::Config {
-            namespace: None,
-            threads: args.threads,
-            metrics_addr: None,
-            settings: Default::default(),
-            policies: policies.seam(),
-            instance: Some("embedded".into()),
-        };
-        tokio::spawn(tfjob_controller::run(client.clone(), config, async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }))
-    };
     let saver = args.state.clone().map(|path| {
-        let store = Arc::clone(&store);
+        let store = Arc::clone(cluster.store());
         let mut rx = stop_rx.clone();
         tokio::spawn(async move {
             loop {
@@ -163,14 +120,9 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .context("waiting for Ctrl-C")?;
     }
     println!("Shutting down...");
-    kubelet.abort();
     let _ = stop_tx.send(true);
-    match tokio::time::timeout(Duration::from_secs(30), operator).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "operator stopped with an error"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "operator task failed"),
-        Err(_) => tracing::warn!("operator did not stop within 30 s"),
-    }
+    let store = Arc::clone(cluster.store());
+    cluster.shutdown(Duration::from_secs(30)).await;
     if let Some(saver) = saver {
         let _ = saver.await;
     }

@@ -1,0 +1,217 @@
+//! A whole cluster in one process: the embedded API server with the TFJob CRD and its
+//! admission check installed, the simulated kubelet and scheduler, and the operator with its
+//! policies, talking to the server over HTTP exactly as it would to a real cluster.
+//!
+//! `tfjob-operator up` and the end-to-end suites start it the same way, so what a newcomer sees
+//! is what the tests check. The operator can be stopped and started again while the cluster
+//! keeps running, which is how the operator-restart tests cut it off mid-job.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::{Client, Config};
+use tfjob_cluster::Store;
+use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_planner::PodPolicies;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What to start.
+pub struct ClusterOptions {
+    /// Loopback port of the API server; 0 picks a free one.
+    pub port: u16,
+    /// Objects restored from and saved to this file.
+    pub state: Option<PathBuf>,
+    /// Nodes, capacity and timings of the simulated kubelet.
+    pub kubelet: KubeletConfig,
+    /// Concurrent reconciles of the operator.
+    pub threads: u16,
+    /// The operator's pod policies.
+    pub policies: Arc<dyn PodPolicies>,
+}
+
+impl ClusterOptions {
+    /// A cluster on a free port, in memory, with the default kubelet and these policies.
+    pub fn new(policies: Arc<dyn PodPolicies>) -> ClusterOptions {
+        ClusterOptions {
+            port: 0,
+            state: None,
+            kubelet: KubeletConfig::default(),
+            threads: 4,
+            policies,
+        }
+    }
+}
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("installing the TFJob CRD: {0}")]
+    Crd(String),
+    #[error("restoring the cluster state from {path}: {message}")]
+    Restore { path: PathBuf, message: String },
+    #[error("binding 127.0.0.1:{port}: {source}")]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating the client for the embedded server: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A running operator task and the switch that stops it.
+struct Operator {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+/// The running cluster. Dropping it aborts the kubelet and the operator; [`shutdown`] stops
+/// them in order and lets reconciles in flight finish.
+///
+/// [`shutdown`]: EmbeddedCluster::shutdown
+pub struct EmbeddedCluster {
+    store: Arc<Store>,
+    addr: SocketAddr,
+    client: Client,
+    kubelet: JoinHandle<()>,
+    server: JoinHandle<()>,
+    operator: Option<Operator>,
+    threads: u16,
+    policies: Arc<dyn PodPolicies>,
+}
+
+impl EmbeddedCluster {
+    /// Starts the API server, the kubelet and the operator. Must run inside a Tokio runtime.
+    pub async fn start(options: ClusterOptions) -> Result<EmbeddedCluster, StartError> {
+        let store = Store::new();
+        let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd())
+            .map_err(|e| StartError::Crd(e.to_string()))?;
+        tfjob_cluster::crd::install(&store, crd).map_err(|e| StartError::Crd(e.to_string()))?;
+        store.set_validator(
+            "kubeflow.org",
+            "tfjobs",
+            Arc::new(tfjob_api::validation::admit),
+        );
+        if let Some(path) = options.state.as_deref().filter(|p| p.exists()) {
+            tfjob_cluster::persist::load(&store, path).map_err(|e| StartError::Restore {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+        }
+        let (addr, server) = tfjob_cluster::server::start(Arc::clone(&store), options.port)
+            .await
+            .map_err(|source| StartError::Bind {
+                port: options.port,
+                source,
+            })?;
+        let url = format!("http://{addr}")
+            .parse()
+            .expect("a socket address makes a valid URL");
+        let client = Client::try_from(Config::new(url))?;
+        let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), options.kubelet);
+        let mut cluster = EmbeddedCluster {
+            store,
+            addr,
+            client,
+            kubelet,
+            server,
+            operator: None,
+            threads: options.threads,
+            policies: options.policies,
+        };
+        cluster.start_operator();
+        Ok(cluster)
+    }
+
+    /// The object store behind the API server (for assertions that need more than the API).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A client of the embedded server.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// A kubeconfig for kubectl, with `default` as the namespace.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: developer\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: developer\n  user: {{}}\n",
+            self.addr
+        )
+    }
+
+    /// Writes [`kubeconfig`](Self::kubeconfig) to `path`, creating its directory.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Starts the operator if it is not running. It lists everything afresh, as an operator
+    /// restarted in a real cluster would.
+    pub fn start_operator(&mut self) {
+        if self.operator.is_some() {
+            return;
+        }
+        let (stop, mut stopped) = watch::channel(false);
+        let config = tfjob_controller::Config {
+            namespace: None,
+            threads: self.threads,
+            metrics_addr: None,
+            settings: Default::default(),
+            policies: Arc::clone(&self.policies),
+            instance: Some("embedded".into()),
+        };
+        let task = tokio::spawn(tfjob_controller::run(
+            self.client.clone(),
+            config,
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ));
+        self.operator = Some(Operator { stop, task });
+    }
+
+    /// Stops the operator, letting reconciles in flight finish (at most `grace`, then it is
+    /// aborted). The API server and the kubelet keep running.
+    pub async fn stop_operator(&mut self, grace: Duration) {
+        let Some(Operator { stop, mut task }) = self.operator.take() else {
+            return;
+        };
+        let _ = stop.send(true);
+        match tokio::time::timeout(grace, &mut task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "operator stopped with an error"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "operator task failed"),
+            Err(_) => {
+                tracing::warn!(?grace, "operator did not stop in time; aborting it");
+                task.abort();
+            }
+        }
+    }
+
+    /// Stops the kubelet, then the operator; the server goes when the cluster is dropped.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.kubelet.abort();
+        self.stop_operator(grace).await;
+    }
+}
+
+impl Drop for EmbeddedCluster {
+    fn drop(&mut self) {
+        self.kubelet.abort();
+        self.server.abort();
+        if let Some(op) = self.operator.take() {
+            op.task.abort();
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The library half of `tfjob-operator`: what the binary's subcommands share with the
+//! end-to-end tests. [`policy_setup`] assembles the policies from the operator's flags;
+//! [`embedded`] starts a whole cluster in one process (API server, simulated kubelet, CRD with
+//! admission, policies and the operator), as `tfjob-operator up` and the test suites use it.
+
+pub mod embedded;
+pub mod policy_setup;
