@@ -18,4 +18,6 @@ pub use plan::{
     Deletion, DeletionCause, EventType, JobEvent, Plan, PlanError, PlanInput, Settings, Skip,
     Transition, plan,
 };
-pub use policy::{PodContext, PodPolicies, PolicyError, ShapedPod, Verdict, VerdictPhase};
+pub use policy::{
+    PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict, VerdictPhase,
+};

@@ -20,7 +20,7 @@ use tfjob_api::{
 
 use crate::conditions::set_condition;
 use crate::objects::{build_pod, build_service, object_name, replica_of, replica_selector};
-use crate::policy::{PodContext, PodPolicies, PolicyError, Verdict, VerdictPhase};
+use crate::policy::{PodContext, PodPolicies, PolicyError, PolicyNote, Verdict, VerdictPhase};
 use crate::problems::pod_problem_events;
 
 /// How often a job with pods still on their way to running is looked at again, so that grace
@@ -247,6 +247,26 @@ impl<'a, 'i> Planner<'a, 'i> {
         self.plan
             .events
             .push(JobEvent::new(type_, reason, message, once_key));
+    }
+
+    /// Records the policies' notes as events, each key once per job.
+    fn policy_notes(&mut self, job_uid: &str, notes: Vec<PolicyNote>) {
+        for note in notes {
+            let type_ = if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            let key = format!("{job_uid}/{}/{}", note.policy, note.key);
+            let already = self
+                .plan
+                .events
+                .iter()
+                .any(|e| e.once_key.as_deref() == Some(key.as_str()));
+            if !already {
+                self.event(type_, &note.reason, note.message, Some(key));
+            }
+        }
     }
 
     fn ensure_created(&mut self) {
@@ -511,7 +531,10 @@ impl<'a, 'i> Planner<'a, 'i> {
                     terminating_verdict(&name)
                 } else {
                     let ctx = self.context(job, rtype, index);
-                    input.policies.classify(&ctx, pod, input.now)?
+                    let (verdict, notes) =
+                        input.policies.classify_with_notes(&ctx, pod, input.now)?;
+                    self.policy_notes(&job.uid, notes);
+                    verdict
                 };
                 for event in pod_problem_events(pod) {
                     self.plan.events.push(event);
@@ -877,6 +900,7 @@ impl<'a, 'i> Planner<'a, 'i> {
                 )),
             );
         }
+        self.policy_notes(&job.uid, shaped.notes.clone());
         let template_policy = job.replicas[&rtype]
             .template
             .spec

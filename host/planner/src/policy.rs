@@ -99,6 +99,24 @@ pub struct ShapedPod {
     pub applied: Vec<String>,
     /// Policies that failed and were skipped under failure policy `Ignore`.
     pub skipped: Vec<PolicyError>,
+    /// What the policies want the job's users to know (shadow disagreements, policies that
+    /// could not be applied); the planner turns each into an event on the job.
+    pub notes: Vec<PolicyNote>,
+}
+
+/// Something a policy evaluation wants recorded on the job as an event, beside its decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyNote {
+    /// The policy it is about, as `name@short-digest`.
+    pub policy: String,
+    /// Event reason, e.g. `PolicyShadowDisagreement`.
+    pub reason: String,
+    pub message: String,
+    /// A warning rather than a normal event.
+    pub warning: bool,
+    /// Notes with the same key are recorded once per job (classification runs on every
+    /// reconcile; its notes must not repeat).
+    pub key: String,
 }
 
 /// Low-cardinality failure categories, used in events and metric labels.
@@ -152,4 +170,15 @@ pub trait PodPolicies: Send + Sync {
     /// Classifies an observed pod (with status) at time `now`.
     fn classify(&self, ctx: &PodContext, pod: &Pod, now: Timestamp)
     -> Result<Verdict, PolicyError>;
+
+    /// [`classify`](Self::classify) with the notes the evaluation produced. Implementations
+    /// without notes keep the default.
+    fn classify_with_notes(
+        &self,
+        ctx: &PodContext,
+        pod: &Pod,
+        now: Timestamp,
+    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
+        Ok((self.classify(ctx, pod, now)?, Vec::new()))
+    }
 }

@@ -12,7 +12,7 @@ use tfjob_api::JobConditionType::{Failed, Restarting, Running, Succeeded};
 use tfjob_planner::policy::{FailureKind, PolicyErrorCategory, VerdictPhase};
 use tfjob_planner::{
     DeletionCause, Plan, PlanError, PlanInput, PodContext, PodPolicies, PolicyError, Settings,
-    ShapedPod, Verdict, plan,
+    PolicyNote, ShapedPod, Verdict, plan,
 };
 
 /// A classification policy that answers one verdict, or fails.
@@ -20,6 +20,8 @@ struct Fixed {
     verdict: Result<Verdict, PolicyError>,
     shape_error: Option<PolicyError>,
     skipped: Vec<PolicyError>,
+    /// Notes returned with every shaped pod and every classification.
+    notes: Vec<PolicyNote>,
 }
 
 impl Fixed {
@@ -35,6 +37,7 @@ impl Fixed {
             }),
             shape_error: None,
             skipped: Vec::new(),
+            notes: Vec::new(),
         }
     }
 }
@@ -55,6 +58,7 @@ impl PodPolicies for Fixed {
                 pod,
                 applied: vec![],
                 skipped: self.skipped.clone(),
+                notes: self.notes.clone(),
             }),
         }
     }
@@ -66,6 +70,15 @@ impl PodPolicies for Fixed {
         _now: Timestamp,
     ) -> Result<Verdict, PolicyError> {
         self.verdict.clone()
+    }
+
+    fn classify_with_notes(
+        &self,
+        ctx: &PodContext,
+        pod: &Pod,
+        now: Timestamp,
+    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
+        Ok((self.classify(ctx, pod, now)?, self.notes.clone()))
     }
 }
 
@@ -198,6 +211,7 @@ fn a_failing_classification_policy_fails_the_reconcile() {
         verdict: Err(error(PolicyErrorCategory::Timeout)),
         shape_error: None,
         skipped: vec![],
+        notes: vec![],
     };
     let err = plan_with(&c, &policies).unwrap_err();
     let PlanError::Policy(e) = err;
@@ -227,4 +241,55 @@ fn a_failing_shaping_policy_creates_no_pod_and_an_ignored_one_is_reported() {
         "{text}"
     );
     assert!(text.contains("mnist-worker-0"), "{text}");
+}
+
+fn note(reason: &str, key: &str) -> PolicyNote {
+    PolicyNote {
+        policy: "team-decorate@0123456789ab".into(),
+        reason: reason.into(),
+        message: format!("{reason} about {key}"),
+        warning: true,
+        key: key.into(),
+    }
+}
+
+#[test]
+fn policy_notes_become_events_recorded_once_per_job_and_key() {
+    // Shaping: the pod is created and the note is an event keyed by job, policy and note key.
+    let c = Cluster::new(tfjob(&[("Worker", 1, "")], &[]));
+    let noting = Fixed {
+        notes: vec![note("PolicyShadowDisagreement", "decorate/Worker")],
+        ..Fixed::verdict(VerdictPhase::Running, "")
+    };
+    let p = plan_with(&c, &noting).unwrap();
+    assert_eq!(p.create_pods.len(), 1);
+    assert_eq!(
+        event_message(&p, "PolicyShadowDisagreement"),
+        "PolicyShadowDisagreement about decorate/Worker"
+    );
+    let keys: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "PolicyShadowDisagreement")
+        .map(|e| e.once_key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![Some(format!(
+            "{}/team-decorate@0123456789ab/decorate/Worker",
+            c.job.metadata.uid.clone().unwrap()
+        ))]
+    );
+
+    // Classification: notes of an observed pod's verdict are recorded too.
+    let running = cluster("OnFailure");
+    let classifying = Fixed {
+        notes: vec![note("PolicyNotLoaded", "classify")],
+        ..Fixed::verdict(VerdictPhase::Running, "")
+    };
+    let p = plan_with(&running, &classifying).unwrap();
+    assert_eq!(
+        event_message(&p, "PolicyNotLoaded"),
+        "PolicyNotLoaded about classify"
+    );
 }

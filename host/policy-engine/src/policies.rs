@@ -223,6 +223,7 @@ impl PodPolicies for WasmPolicies {
             pod: shaped,
             applied,
             skipped,
+            notes: Vec::new(),
         })
     }
 

@@ -25,6 +25,7 @@ impl PodPolicies for NativePolicies {
             pod,
             applied: Vec::new(),
             skipped: Vec::new(),
+            notes: Vec::new(),
         })
     }
 
