@@ -4,9 +4,15 @@
 //!
 //! The guests are built by a nested cargo into a separate target directory (no lock contention
 //! with the outer build) with the size-optimised `guest` profile.
+//!
+//! The bytes must not depend on the machine that built them: `deploy/policies/` holds the
+//! defaults packed with their sha256 pinned, and a test compares them with the embedded ones.
+//! Sources of the workspace are compiled with relative paths already, but dependencies are
+//! compiled from the cargo home, whose absolute path ends up in panic locations; it is remapped
+//! to `/cargo` (and the workspace root to `.`, in case a path ever gets absolute there).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Guest crates and the file name cargo gives their component.
@@ -27,6 +33,7 @@ fn main() {
         root.join("guest-policies").display()
     );
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    println!("cargo:rerun-if-env-changed=CARGO_HOME");
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -38,6 +45,7 @@ fn main() {
         cmd.args(["-p", krate]);
     }
     // The outer build's flags and wrappers are for the host target; the guests get their own.
+    // (The remapping flags are set after this loop.)
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",
@@ -52,6 +60,7 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", remap_flags(&root).join("\x1f"));
     let status = cmd
         .status()
         .expect("running cargo to build the guest policies");
@@ -64,4 +73,29 @@ fn main() {
         std::fs::copy(&built, out_dir.join(file))
             .unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
     }
+}
+
+/// `--remap-path-prefix` flags that make the guests' bytes independent of where the workspace
+/// and the cargo home are.
+fn remap_flags(root: &Path) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Ok(root) = root.canonicalize() {
+        flags.push(format!("--remap-path-prefix={}=.", root.display()));
+    }
+    let cargo_home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")));
+    if let Some(home) = cargo_home {
+        flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
+        // The cargo home may be reached through a symlink; its real path is remapped too.
+        if let Ok(canonical) = home.canonicalize()
+            && canonical != home
+        {
+            flags.push(format!(
+                "--remap-path-prefix={}=/cargo",
+                canonical.display()
+            ));
+        }
+    }
+    flags
 }

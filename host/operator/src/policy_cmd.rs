@@ -1,5 +1,10 @@
-//! `tfjob-operator policy test` and `policy inspect`: run one hook of a policy in the sandbox,
-//! or describe a policy module, without a cluster.
+//! `tfjob-operator policy test`, `inspect`, `pack` and `list`: run one hook of a policy in the
+//! sandbox or describe a policy module, without a cluster; package a policy as a ConfigMap the
+//! operator loads; list the policy ConfigMaps of a cluster with the status the operator gave
+//! them.
+//!
+//! `pack` checks what it prints with the operator's own loader (`configmap::load`), so a
+//! ConfigMap it prints is one the operator accepts (given the same limits).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,14 +12,18 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, Subcommand};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams};
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tfjob_planner::PodContext;
+use tfjob_policy_engine::configmap::{self, LoadError, PolicyStatus};
 use tfjob_policy_engine::guard::{self, AllowedPaths};
 use tfjob_policy_engine::policies::{job_context, verdict_from};
 use tfjob_policy_engine::{
-    CompiledPolicy, Hook, PolicyEngine, PolicyManifest, SandboxLimits, defaults,
+    CompiledPolicy, FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits,
+    defaults,
 };
 
 #[derive(Debug, Subcommand)]
@@ -29,6 +38,87 @@ pub enum PolicyCommand {
         /// The `.wasm` component.
         policy: PathBuf,
     },
+    /// Print a policy as a ConfigMap for the operator (YAML), after checking that it loads.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
+    )]
+    Pack(PackArgs),
+    /// List the policy ConfigMaps of a cluster and the status the operator gave them.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator policy list\n  tfjob-operator policy list -A --kubeconfig ~/.kube/config"
+    )]
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// The `.wasm` component, or `default:<name>` for an embedded default policy.
+    #[arg(long, value_name = "P.wasm")]
+    pub wasm: String,
+    /// Policy name; the ConfigMap is `tfjob-policy-<NAME>`. A default's name replaces it.
+    #[arg(long)]
+    pub name: String,
+    /// Hooks to run it for, comma-separated; each must be exported.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = parse_hook)]
+    pub hooks: Vec<Hook>,
+    /// Settings document (YAML or JSON) [default: for a default policy, the settings the
+    /// operator runs it with; else `{}`].
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// Lower runs first; ties by name.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub order: i32,
+    #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+    pub failure_policy: String,
+    #[arg(long, value_parser = ["Enforce", "Shadow"], default_value = "Enforce")]
+    pub mode: String,
+    /// Store the module gzip-compressed (`policy.wasm.gz`).
+    #[arg(long)]
+    pub gzip: bool,
+    /// Namespace of the ConfigMap.
+    #[arg(long, default_value = "tfjob-system", value_name = "NS")]
+    pub namespace: String,
+    /// A path the policy may change beyond the default ones (repeatable), e.g.
+    /// `spec.volumes[*].hostPath`.
+    #[arg(long = "allowed-path", value_name = "PATH")]
+    pub allowed_paths: Vec<String>,
+    /// The policy's deadline per call, at most the operator's (50).
+    #[arg(long, value_name = "MS")]
+    pub deadline_ms: Option<u64>,
+    /// The policy's memory cap per call, at most the operator's (64).
+    #[arg(long, value_name = "MIB")]
+    pub memory_mib: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, then in-cluster].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the policy ConfigMaps.
+    #[arg(
+        short = 'n',
+        long,
+        default_value = "tfjob-system",
+        value_name = "NS",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespace: String,
+    /// List policy ConfigMaps of every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+fn parse_hook(s: &str) -> Result<Hook, String> {
+    s.parse()
+}
+
+/// What a subcommand prints on success.
+enum Printed {
+    /// Pretty JSON.
+    Json(Value),
+    /// Text as it is.
+    Text(String),
 }
 
 #[derive(Debug, Args)]
@@ -60,15 +150,21 @@ pub struct TestArgs {
 
 pub fn main(cmd: PolicyCommand) -> ExitCode {
     let result = match cmd {
-        PolicyCommand::Test(args) => test(&args),
-        PolicyCommand::Inspect { policy } => inspect(&policy),
+        PolicyCommand::Test(args) => test(&args).map(Printed::Json),
+        PolicyCommand::Inspect { policy } => inspect(&policy).map(Printed::Json),
+        PolicyCommand::Pack(args) => pack(&args).map(Printed::Text),
+        PolicyCommand::List(args) => list(&args).map(Printed::Text),
     };
     match result {
-        Ok(out) => {
+        Ok(Printed::Json(out)) => {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&out).expect("JSON values serialise")
             );
+            ExitCode::SUCCESS
+        }
+        Ok(Printed::Text(out)) => {
+            print!("{out}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -315,4 +411,224 @@ fn inspect(path: &Path) -> anyhow::Result<Value> {
         "imports": policy.imports,
         "exports": policy.exports,
     }))
+}
+
+/// Builds the ConfigMap, then loads it as the operator would: whatever `load` refuses, `pack`
+/// refuses with the same reason.
+fn pack(args: &PackArgs) -> anyhow::Result<String> {
+    let (wasm, default) = match args.wasm.strip_prefix("default:") {
+        Some(name) => {
+            let d = defaults::find(name).ok_or_else(|| {
+                let names: Vec<&str> = defaults::DEFAULTS.iter().map(|d| d.name).collect();
+                anyhow!(
+                    "--wasm: no default policy {name:?} (defaults: {})",
+                    names.join(", ")
+                )
+            })?;
+            (d.wasm.to_vec(), Some(d))
+        }
+        None => {
+            let bytes = std::fs::read(&args.wasm)
+                .with_context(|| format!("--wasm: reading {}", args.wasm))?;
+            (bytes, None)
+        }
+    };
+    let settings = match (&args.settings, default) {
+        (Some(path), _) => read_yaml(path).context("--settings")?,
+        (None, Some(d)) => defaults::default_settings(d),
+        (None, None) => json!({}),
+    };
+    let manifest = PolicyManifest {
+        name: args.name.clone(),
+        hooks: args.hooks.clone(),
+        order: args.order,
+        failure_policy: match args.failure_policy.as_str() {
+            "Ignore" => FailurePolicy::Ignore,
+            _ => FailurePolicy::Fail,
+        },
+        mode: match args.mode.as_str() {
+            "Shadow" => PolicyMode::Shadow,
+            _ => PolicyMode::Enforce,
+        },
+        settings,
+        allowed_paths: args.allowed_paths.clone(),
+        deadline_ms: args.deadline_ms,
+        memory_mib: args.memory_mib,
+        ..PolicyManifest::default()
+    };
+    let cm = configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
+        match e.field.as_str() {
+            "name" => anyhow!("--name {:?}: {}", args.name, e.message),
+            _ => anyhow!("{}: {e}", args.wasm),
+        }
+    })?;
+    configmap::load(&engine()?, &cm).map_err(|e| {
+        let hint = match &e {
+            LoadError::Size { .. } if !args.gzip && wasm.len() <= configmap::MAX_WASM_BYTES => {
+                "; pack it with --gzip"
+            }
+            _ => "",
+        };
+        anyhow!(
+            "{}: the operator would reject this policy ({} step): {e}{hint}",
+            args.wasm,
+            e.step()
+        )
+    })?;
+    Ok(configmap::to_yaml(&cm))
+}
+
+/// Prints the table of the policy ConfigMaps.
+fn list(args: &ListArgs) -> anyhow::Result<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let configmaps = runtime.block_on(fetch_policy_configmaps(args))?;
+    if configmaps.is_empty() {
+        let scope = if args.all_namespaces {
+            "any namespace".to_owned()
+        } else {
+            format!("namespace {}", args.namespace)
+        };
+        eprintln!(
+            "No policy ConfigMaps (label {}) found in {scope}.",
+            configmap::POLICY_SELECTOR
+        );
+        return Ok(String::new());
+    }
+    let mut rows = vec![
+        [
+            "NAMESPACE",
+            "NAME",
+            "CONFIGMAP",
+            "HOOKS",
+            "MODE",
+            "STATE",
+            "DIGEST",
+            "LOADED-AT",
+            "ERROR",
+        ]
+        .map(str::to_owned),
+    ];
+    rows.extend(configmaps.iter().map(row));
+    Ok(table(&rows))
+}
+
+async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMap>> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster")?,
+    };
+    let client = kube::Client::try_from(config).context("creating the Kubernetes client")?;
+    let api: Api<ConfigMap> = if args.all_namespaces {
+        Api::all(client)
+    } else {
+        Api::namespaced(client, &args.namespace)
+    };
+    let mut items = api
+        .list(&ListParams::default().labels(configmap::POLICY_SELECTOR))
+        .await
+        .context("listing policy ConfigMaps")?
+        .items;
+    items.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    Ok(items)
+}
+
+/// One line of `policy list`. The manifest gives name, hooks and mode (`-` where it does not
+/// parse); the status annotation gives the rest, `Unknown` when the operator has not written
+/// one yet.
+fn row(cm: &ConfigMap) -> [String; 9] {
+    let dash = || "-".to_owned();
+    let cm_name = cm.metadata.name.clone().unwrap_or_default();
+    let manifest = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(configmap::MANIFEST_KEY))
+        .and_then(|text| {
+            let default_name = cm_name
+                .strip_prefix(configmap::NAME_PREFIX)
+                .unwrap_or(&cm_name);
+            PolicyManifest::from_yaml(text, default_name).ok()
+        });
+    let (name, hooks, mode) = match &manifest {
+        Some(m) => {
+            let names: Vec<&str> = m.hooks.iter().map(|h| h.as_str()).collect();
+            (
+                m.name.clone(),
+                format!("{} ({})", names.len(), names.join(",")),
+                format!("{:?}", m.mode),
+            )
+        }
+        None => (dash(), dash(), dash()),
+    };
+    let (state, digest, loaded_at, error) = match PolicyStatus::of(cm) {
+        None => ("Unknown".to_owned(), dash(), dash(), dash()),
+        Some(Err(e)) => (
+            "Unknown".to_owned(),
+            dash(),
+            dash(),
+            format!(
+                "unreadable {} annotation: {e}",
+                configmap::STATUS_ANNOTATION
+            ),
+        ),
+        Some(Ok(status)) => (
+            status.state.as_str().to_owned(),
+            status
+                .digest
+                .map(|d| d.chars().take(12).collect())
+                .unwrap_or_else(dash),
+            status.loaded_at.unwrap_or_else(dash),
+            status
+                .error
+                .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(dash),
+        ),
+    };
+    [
+        cm.metadata.namespace.clone().unwrap_or_default(),
+        name,
+        cm_name,
+        hooks,
+        mode,
+        state,
+        digest,
+        loaded_at,
+        error,
+    ]
+}
+
+/// Left-aligned columns three spaces apart, as kubectl prints them; the last column unpadded.
+fn table(rows: &[[String; 9]]) -> String {
+    let mut widths = [0usize; 9];
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}   ", width = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }

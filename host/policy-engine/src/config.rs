@@ -37,3 +37,98 @@ impl Default for SandboxLimits {
 
 /// How often the epoch ticker advances; deadlines are rounded up to a multiple of it.
 pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// The limits of one call into a guest: the engine's maximum, or a policy's own smaller ones
+/// (`deadlineMs`, `memoryMib` in its manifest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Wall-clock budget of the call.
+    pub deadline: Duration,
+    /// Linear memory the guest may hold in total, across its memories.
+    pub memory: usize,
+}
+
+/// A per-policy limit above what the operator allows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("manifest field {field}: {message}")]
+pub struct LimitError {
+    /// The manifest field: `deadlineMs` or `memoryMib`.
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl SandboxLimits {
+    /// The limits of a call of a policy that sets none of its own.
+    pub fn call_limits(&self) -> CallLimits {
+        CallLimits {
+            deadline: self.deadline,
+            memory: self.memory,
+        }
+    }
+
+    /// The limits of a policy that asks for `deadline_ms` and `memory_mib` (each defaulting to
+    /// the operator's maximum). A policy may only tighten them: asking for more than the
+    /// maximum, or for nothing at all, is refused naming the field.
+    pub fn narrow(
+        &self,
+        deadline_ms: Option<u64>,
+        memory_mib: Option<u64>,
+    ) -> Result<CallLimits, LimitError> {
+        let mut limits = self.call_limits();
+        if let Some(ms) = deadline_ms {
+            let max = self.deadline.as_millis();
+            if ms == 0 || u128::from(ms) > max {
+                return Err(LimitError {
+                    field: "deadlineMs",
+                    message: format!("{ms} is outside 1..={max}, the operator's maximum"),
+                });
+            }
+            limits.deadline = Duration::from_millis(ms);
+        }
+        if let Some(mib) = memory_mib {
+            let max = self.memory >> 20;
+            let bytes = usize::try_from(mib)
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+                .filter(|&b| mib > 0 && b <= self.memory);
+            let Some(bytes) = bytes else {
+                return Err(LimitError {
+                    field: "memoryMib",
+                    message: format!("{mib} is outside 1..={max}, the operator's maximum"),
+                });
+            };
+            limits.memory = bytes;
+        }
+        Ok(limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_may_tighten_the_limits_but_not_loosen_them() {
+        let max = SandboxLimits::default();
+        assert_eq!(max.narrow(None, None), Ok(max.call_limits()));
+        assert_eq!(
+            max.narrow(Some(10), Some(8)),
+            Ok(CallLimits {
+                deadline: Duration::from_millis(10),
+                memory: 8 << 20
+            })
+        );
+        assert_eq!(max.narrow(Some(50), Some(64)), Ok(max.call_limits()));
+        for (deadline, memory, field) in [
+            (Some(51), None, "deadlineMs"),
+            (Some(0), None, "deadlineMs"),
+            (None, Some(65), "memoryMib"),
+            (None, Some(0), "memoryMib"),
+            (None, Some(u64::MAX), "memoryMib"),
+        ] {
+            let err = max.narrow(deadline, memory).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+            assert!(err.to_string().contains("operator's maximum"), "{err}");
+        }
+    }
+}

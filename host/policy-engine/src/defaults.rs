@@ -101,10 +101,9 @@ pub fn manifest(d: &DefaultPolicy) -> PolicyManifest {
     PolicyManifest {
         name: d.name.to_owned(),
         hooks: vec![d.hook],
-        order: 0,
-        failure_policy: Default::default(),
         settings: default_settings(d),
         allowed_paths,
+        ..PolicyManifest::default()
     }
 }
 

@@ -16,7 +16,7 @@ use wasmtime::{
 };
 
 use crate::bindings::{self, classify, decorate, resources, settings};
-use crate::config::{EPOCH_TICK, SandboxLimits};
+use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
 use crate::sandbox::Sandbox;
 
@@ -121,12 +121,15 @@ impl fmt::Debug for CompiledPolicy {
     }
 }
 
+type CompileSlot = Arc<Mutex<Option<Arc<CompiledPolicy>>>>;
+
 /// The shared Wasm engine.
 pub struct PolicyEngine {
     engine: Engine,
     linker: Linker<Sandbox>,
     limits: SandboxLimits,
-    compiled: Mutex<HashMap<String, Arc<CompiledPolicy>>>,
+    /// Compiled components by digest; each slot is locked while its digest compiles.
+    compiled: Mutex<HashMap<String, CompileSlot>>,
     stop: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
 }
@@ -182,9 +185,10 @@ impl PolicyEngine {
         &self.limits
     }
 
-    /// Compiles and links a component, once per content digest. Fails with category `link`
-    /// when the bytes are not a component, are too large, or import something the sandbox does
-    /// not provide.
+    /// Compiles and links a component, once per content digest: concurrent calls with the same
+    /// bytes wait for one compilation and share its result. Fails with category `link` when the
+    /// bytes are not a component, are too large, or import something the sandbox does not
+    /// provide.
     pub fn compile(&self, wasm: &[u8]) -> Result<Arc<CompiledPolicy>, EvalError> {
         if wasm.len() > self.limits.max_module {
             return Err(EvalError::new(
@@ -197,14 +201,57 @@ impl PolicyEngine {
             ));
         }
         let digest = hex::encode(Sha256::digest(wasm));
-        if let Some(hit) = self
-            .compiled
-            .lock()
-            .expect("compile cache lock")
-            .get(&digest)
-        {
+        // The map lock is held only to find the digest's slot; compiling (hundreds of
+        // milliseconds) holds the slot's lock, so other digests compile in parallel.
+        let slot = Arc::clone(
+            self.compiled
+                .lock()
+                .expect("compile cache lock")
+                .entry(digest.clone())
+                .or_default(),
+        );
+        let mut cached = slot.lock().expect("compile slot lock");
+        if let Some(hit) = &*cached {
             return Ok(Arc::clone(hit));
         }
+        match self.compile_uncached(wasm, digest.clone()) {
+            Ok(compiled) => {
+                *cached = Some(Arc::clone(&compiled));
+                Ok(compiled)
+            }
+            Err(e) => {
+                // Bad bytes leave no slot behind, or every rejected upload would stay.
+                drop(cached);
+                self.compiled
+                    .lock()
+                    .expect("compile cache lock")
+                    .remove(&digest);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets compiled policies that nothing else holds (no active policy uses them any more),
+    /// so that replaced modules do not stay in memory for the life of the operator. Returns how
+    /// many were dropped.
+    pub fn evict_unused(&self) -> usize {
+        let mut map = self.compiled.lock().expect("compile cache lock");
+        let before = map.len();
+        map.retain(|_, slot| match slot.try_lock() {
+            // Held by a compilation in progress: keep it.
+            Err(_) => true,
+            Ok(cached) => cached
+                .as_ref()
+                .is_some_and(|compiled| Arc::strong_count(compiled) > 1),
+        });
+        before - map.len()
+    }
+
+    fn compile_uncached(
+        &self,
+        wasm: &[u8],
+        digest: String,
+    ) -> Result<Arc<CompiledPolicy>, EvalError> {
         let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
         let component = Component::new(&self.engine, wasm).map_err(link)?;
         let ty = component.component_type();
@@ -217,8 +264,8 @@ impl PolicyEngine {
             .map(|(name, _)| name.to_owned())
             .collect();
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
-        let compiled = Arc::new(CompiledPolicy {
-            digest: digest.clone(),
+        Ok(Arc::new(CompiledPolicy {
+            digest,
             size: wasm.len(),
             imports,
             exports,
@@ -227,19 +274,85 @@ impl PolicyEngine {
             classify: classify::GuestIndices::new(&pre).ok(),
             settings: settings::GuestIndices::new(&pre).ok(),
             pre,
-        });
-        self.compiled
-            .lock()
-            .expect("compile cache lock")
-            .insert(digest, Arc::clone(&compiled));
-        Ok(compiled)
+        }))
     }
 
-    /// Runs `call` against a fresh instance of `policy` in a fresh store: the store is dropped
-    /// afterwards, so a trap never poisons a later evaluation. A guest that reports an error
-    /// after the memory cap refused it memory gets category `memory`, as one that trapped does.
+    /// The engine bounded by `limits` for the calls made through it, e.g. a policy's own
+    /// smaller deadline and memory cap. Limits above the engine's maximum are clamped to it:
+    /// the maximum the operator was started with holds whatever a caller asks for.
+    pub fn limited(&self, limits: CallLimits) -> LimitedEngine<'_> {
+        LimitedEngine {
+            engine: self,
+            limits: CallLimits {
+                deadline: limits.deadline.min(self.limits.deadline),
+                memory: limits.memory.min(self.limits.memory),
+            },
+        }
+    }
+
+    fn at_maximum(&self) -> LimitedEngine<'_> {
+        self.limited(self.limits.call_limits())
+    }
+
+    /// Calls `validate-settings` within the engine's limits. A component without it accepts
+    /// only empty settings.
+    pub fn validate_settings(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+    ) -> Result<(), EvalError> {
+        self.at_maximum().validate_settings(policy, name, settings)
+    }
+
+    /// Calls `decorate-pod` within the engine's limits; returns the decorated pod's JSON.
+    pub fn decorate(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        pod: &str,
+    ) -> Result<String, EvalError> {
+        self.at_maximum().decorate(policy, name, ctx, settings, pod)
+    }
+
+    /// Calls `override-resources` within the engine's limits; returns the new requirements'
+    /// JSON.
+    pub fn override_resources(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        container: &str,
+        requirements: &str,
+    ) -> Result<String, EvalError> {
+        self.at_maximum()
+            .override_resources(policy, name, ctx, settings, container, requirements)
+    }
+
+    /// Calls `classify-pod` within the engine's limits.
+    pub fn classify(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        ctx: &bindings::JobContext,
+        settings: &str,
+        pod: &str,
+        now: &str,
+    ) -> Result<bindings::Verdict, EvalError> {
+        self.at_maximum()
+            .classify(policy, name, ctx, settings, pod, now)
+    }
+
+    /// Runs `call` against a fresh instance of `policy` in a fresh store bounded by `limits`:
+    /// the store is dropped afterwards, so a trap never poisons a later evaluation. A guest that
+    /// reports an error after the memory cap refused it memory gets category `memory`, as one
+    /// that trapped does.
     fn evaluate<R>(
         &self,
+        limits: &CallLimits,
         policy: &CompiledPolicy,
         name: &str,
         call: impl FnOnce(
@@ -249,15 +362,10 @@ impl PolicyEngine {
     ) -> Result<R, EvalError> {
         let mut store = Store::new(
             &self.engine,
-            Sandbox::new(Arc::from(name), self.limits.memory, self.limits.max_log),
+            Sandbox::new(Arc::from(name), limits.memory, self.limits.max_log),
         );
         store.limiter(|s| &mut s.limiter);
-        let ticks = self
-            .limits
-            .deadline
-            .as_nanos()
-            .div_ceil(EPOCH_TICK.as_nanos()) as u64
-            + 1;
+        let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         let result = policy
@@ -271,31 +379,12 @@ impl PolicyEngine {
                 Category::Memory,
                 format!(
                     "memory limit of {} bytes exceeded: {}",
-                    self.limits.memory,
+                    limits.memory,
                     guest_error(reported).message
                 ),
             )),
             Ok(Err(reported)) => Err(guest_error(reported)),
-            Err(e) => Err(self.categorise(&e, &store)),
-        }
-    }
-
-    fn categorise(&self, error: &wasmtime::Error, store: &Store<Sandbox>) -> EvalError {
-        if store.data().limiter.was_hit() {
-            return EvalError::new(
-                Category::Memory,
-                format!(
-                    "memory limit of {} bytes exceeded: {error:#}",
-                    self.limits.memory
-                ),
-            );
-        }
-        match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => EvalError::new(
-                Category::Timeout,
-                format!("deadline of {:?} exceeded", self.limits.deadline),
-            ),
-            _ => EvalError::new(Category::Trap, format!("{error:#}")),
+            Err(e) => Err(categorise(limits, &e, &store)),
         }
     }
 
@@ -325,6 +414,20 @@ impl PolicyEngine {
         }
         Ok(())
     }
+}
+
+/// The engine with the limits of one policy's calls; see [`PolicyEngine::limited`].
+#[derive(Clone, Copy)]
+pub struct LimitedEngine<'a> {
+    engine: &'a PolicyEngine,
+    limits: CallLimits,
+}
+
+impl LimitedEngine<'_> {
+    /// The limits every call through this handle gets.
+    pub fn limits(&self) -> CallLimits {
+        self.limits
+    }
 
     /// Calls `validate-settings`. A component without it accepts only empty settings.
     pub fn validate_settings(
@@ -333,7 +436,7 @@ impl PolicyEngine {
         name: &str,
         settings: &str,
     ) -> Result<(), EvalError> {
-        self.check_input("settings", settings)?;
+        self.engine.check_input("settings", settings)?;
         let Some(indices) = &policy.settings else {
             return if is_empty_settings(settings) {
                 Ok(())
@@ -344,15 +447,16 @@ impl PolicyEngine {
                 ))
             };
         };
-        self.evaluate(policy, name, |store, instance| {
-            let verdict = indices
-                .load(&mut *store, instance)?
-                .call_validate_settings(&mut *store, settings)?;
-            Ok(verdict.map_err(|mut reason| {
-                reason.truncate(4096);
-                bindings::PolicyError::InvalidSettings(reason)
-            }))
-        })
+        self.engine
+            .evaluate(&self.limits, policy, name, |store, instance| {
+                let verdict = indices
+                    .load(&mut *store, instance)?
+                    .call_validate_settings(&mut *store, settings)?;
+                Ok(verdict.map_err(|mut reason| {
+                    reason.truncate(4096);
+                    bindings::PolicyError::InvalidSettings(reason)
+                }))
+            })
     }
 
     /// Calls `decorate-pod`; returns the decorated pod's JSON.
@@ -365,13 +469,18 @@ impl PolicyEngine {
         pod: &str,
     ) -> Result<String, EvalError> {
         let indices = hook(&policy.decorate, Hook::Decorate)?;
-        self.check_input("pod", pod)?;
-        let out = self.evaluate(policy, name, |store, instance| {
-            indices
-                .load(&mut *store, instance)?
-                .call_decorate_pod(&mut *store, ctx, settings, pod)
-        })?;
-        self.check_output("decorated pod", out.len())?;
+        self.engine.check_input("pod", pod)?;
+        let out = self
+            .engine
+            .evaluate(&self.limits, policy, name, |store, instance| {
+                indices.load(&mut *store, instance)?.call_decorate_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                )
+            })?;
+        self.engine.check_output("decorated pod", out.len())?;
         Ok(out)
     }
 
@@ -386,13 +495,15 @@ impl PolicyEngine {
         requirements: &str,
     ) -> Result<String, EvalError> {
         let indices = hook(&policy.resources, Hook::Resources)?;
-        self.check_input("resources", requirements)?;
-        let out = self.evaluate(policy, name, |store, instance| {
-            indices
-                .load(&mut *store, instance)?
-                .call_override_resources(&mut *store, ctx, settings, container, requirements)
-        })?;
-        self.check_output("resources", out.len())?;
+        self.engine.check_input("resources", requirements)?;
+        let out = self
+            .engine
+            .evaluate(&self.limits, policy, name, |store, instance| {
+                indices
+                    .load(&mut *store, instance)?
+                    .call_override_resources(&mut *store, ctx, settings, container, requirements)
+            })?;
+        self.engine.check_output("resources", out.len())?;
         Ok(out)
     }
 
@@ -407,17 +518,20 @@ impl PolicyEngine {
         now: &str,
     ) -> Result<bindings::Verdict, EvalError> {
         let indices = hook(&policy.classify, Hook::Classify)?;
-        self.check_input("pod", pod)?;
-        let verdict = self.evaluate(policy, name, |store, instance| {
-            indices.load(&mut *store, instance)?.call_classify_pod(
-                &mut *store,
-                ctx,
-                settings,
-                pod,
-                now,
-            )
-        })?;
-        self.check_output("verdict", verdict.reason.len() + verdict.message.len())?;
+        self.engine.check_input("pod", pod)?;
+        let verdict = self
+            .engine
+            .evaluate(&self.limits, policy, name, |store, instance| {
+                indices.load(&mut *store, instance)?.call_classify_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                    now,
+                )
+            })?;
+        self.engine
+            .check_output("verdict", verdict.reason.len() + verdict.message.len())?;
         Ok(verdict)
     }
 }
@@ -428,6 +542,26 @@ impl Drop for PolicyEngine {
         if let Some(t) = self.ticker.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Names what stopped a call that trapped: the memory cap, the deadline, or the guest itself.
+fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbox>) -> EvalError {
+    if store.data().limiter.was_hit() {
+        return EvalError::new(
+            Category::Memory,
+            format!(
+                "memory limit of {} bytes exceeded: {error:#}",
+                limits.memory
+            ),
+        );
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => EvalError::new(
+            Category::Timeout,
+            format!("deadline of {:?} exceeded", limits.deadline),
+        ),
+        _ => EvalError::new(Category::Trap, format!("{error:#}")),
     }
 }
 

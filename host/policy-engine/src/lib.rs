@@ -4,10 +4,13 @@
 //! each once per digest and runs every call in a fresh store with a deadline, a memory cap and
 //! input/output size caps, with no ambient authority. The [`guard`] checks decorated pods, the
 //! [`registry`] holds the active policies as an atomically swappable snapshot, and
-//! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam.
+//! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam. Policies come
+//! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
+//! ([`configmap`]), all through the same activation.
 
 pub mod bindings;
 pub mod config;
+pub mod configmap;
 pub mod defaults;
 pub mod engine;
 pub mod error;
@@ -15,11 +18,14 @@ pub mod guard;
 pub mod local;
 mod sandbox;
 
-pub use config::SandboxLimits;
-pub use engine::{CompiledPolicy, Hook, PolicyEngine};
+pub use config::{CallLimits, LimitError, SandboxLimits};
+pub use engine::{CompiledPolicy, Hook, LimitedEngine, PolicyEngine};
 pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
 
 pub use policies::{APPLIED_ANNOTATION, WasmPolicies};
-pub use registry::{ActivePolicy, FailurePolicy, PolicyManifest, PolicySet, Registry, activate};
+pub use registry::{
+    ActivationError, ActivePolicy, FailurePolicy, JobSelector, LabelExpression, ManifestError,
+    PolicyManifest, PolicyMode, PolicySet, Registry, SelectorOperator, activate, activate_checked,
+};

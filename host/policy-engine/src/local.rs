@@ -83,16 +83,10 @@ pub fn load_policy_dir(engine: &PolicyEngine, dir: &Path) -> Result<Vec<ActivePo
 
 /// Parses a YAML (or JSON) manifest; `default_name` fills a missing `name`.
 pub fn parse_manifest(text: &str, default_name: &str) -> Result<PolicyManifest, String> {
-    let mut value: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
-    if let serde_yaml_ng::Value::Mapping(m) = &mut value {
-        let key = serde_yaml_ng::Value::from("name");
-        if !m.contains_key(&key) {
-            m.insert(key, serde_yaml_ng::Value::from(default_name));
-        }
-    }
-    serde_path_to_error::deserialize::<_, PolicyManifest>(value)
-        .map_err(|e| format!("field {}: {}", e.path(), e.inner()))
+    PolicyManifest::from_yaml(text, default_name).map_err(|e| match e.field.as_str() {
+        "." => e.message,
+        field => format!("field {field}: {}", e.message),
+    })
 }
 
 /// Overrides of one default policy.

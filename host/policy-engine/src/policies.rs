@@ -2,8 +2,10 @@
 //!
 //! `shape_pod` runs the decoration policies (each checked by the guard against its allowed
 //! paths), then the resource policies on every container, then records which policies shaped
-//! the pod. `classify` asks the classification policies in order. A failing policy follows its
-//! failure policy: `Fail` stops the reconcile, `Ignore` skips it for that pod.
+//! the pod. `classify` asks the classification policies in order. Only `Enforce` policies whose
+//! selector matches the job take part, each call within the policy's own deadline and memory
+//! cap. A failing policy follows its failure policy: `Fail` stops the reconcile, `Ignore` skips
+//! it for that pod.
 
 use std::sync::Arc;
 
@@ -104,9 +106,13 @@ impl WasmPolicies {
         ctx: &bindings::JobContext,
         input: &serde_json::Value,
     ) -> Result<serde_json::Value, EvalError> {
-        let text =
-            self.engine
-                .decorate(&p.compiled, p.name(), ctx, &p.settings, &input.to_string())?;
+        let text = self.engine.limited(p.limits).decorate(
+            &p.compiled,
+            p.name(),
+            ctx,
+            &p.settings,
+            &input.to_string(),
+        )?;
         let output: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
             EvalError::new(
                 Category::InvalidOutput,
@@ -145,7 +151,7 @@ impl WasmPolicies {
                     .get("resources")
                     .cloned()
                     .unwrap_or_else(|| serde_json::json!({}));
-                let text = self.engine.override_resources(
+                let text = self.engine.limited(p.limits).override_resources(
                     &p.compiled,
                     p.name(),
                     ctx,
@@ -194,13 +200,13 @@ impl PodPolicies for WasmPolicies {
                 Err(e) => Err(e.for_policy(&p.label())),
             }
         };
-        for p in set.for_hook(Hook::Decorate) {
+        for p in set.enforced(Hook::Decorate, &ctx.namespace, &ctx.job_labels) {
             let result = self
                 .decorate_step(p, &wit_ctx, &current)
                 .map(|out| current = out);
             outcome(p, result)?;
         }
-        for p in set.for_hook(Hook::Resources) {
+        for p in set.enforced(Hook::Resources, &ctx.namespace, &ctx.job_labels) {
             let mut candidate = current.clone();
             let result = self
                 .resources_step(p, &wit_ctx, &mut candidate)
@@ -241,9 +247,10 @@ impl PodPolicies for WasmPolicies {
             message: format!("pod does not serialise: {e}"),
         })?;
         let now_text = now.to_string();
-        for p in set.for_hook(Hook::Classify) {
+        for p in set.enforced(Hook::Classify, &ctx.namespace, &ctx.job_labels) {
             let result = self
                 .engine
+                .limited(p.limits)
                 .classify(
                     &p.compiled,
                     p.name(),

@@ -3,13 +3,16 @@
 //!
 //! Order of evaluation: ascending `order`, then name. Decoration policies run first, each on
 //! the previous one's output; then resource policies, each container in order; the first
-//! classification policy that answers decides.
+//! classification policy that answers decides. Only `Enforce` policies whose selector matches
+//! the job take part; `Shadow` policies are left to the caller to evaluate on the side.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{CallLimits, LimitError};
 use crate::engine::{CompiledPolicy, Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::guard::AllowedPaths;
@@ -24,8 +27,118 @@ pub enum FailurePolicy {
     Ignore,
 }
 
-/// How a policy is configured: the `policy.yaml` next to a `.wasm`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Whether a policy's decisions are applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyMode {
+    /// Its decisions shape and classify pods.
+    #[default]
+    Enforce,
+    /// It is evaluated next to the enforced policies and its decisions are only reported, so a
+    /// new policy can be watched on real jobs before it is trusted.
+    Shadow,
+}
+
+/// How a label expression compares a job's label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectorOperator {
+    /// The label is set to one of the values.
+    In,
+    /// The label is not set, or set to none of the values.
+    NotIn,
+    /// The label is set.
+    Exists,
+    /// The label is not set.
+    DoesNotExist,
+}
+
+/// One requirement on a job's labels, as in a Kubernetes label selector.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelExpression {
+    pub key: String,
+    pub operator: SelectorOperator,
+    /// Non-empty for `In` and `NotIn`, empty for `Exists` and `DoesNotExist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+impl LabelExpression {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// Which jobs a policy applies to. Every part must match; an empty selector matches every job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobSelector {
+    /// Namespaces of the jobs; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Labels the job must carry with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelExpression>,
+}
+
+impl JobSelector {
+    /// Whether a job in `namespace` with `labels` is selected.
+    pub fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
+            && self
+                .match_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| e.matches(labels))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == JobSelector::default()
+    }
+
+    /// Refuses expressions Kubernetes would refuse, naming the field: a selector that can never
+    /// match (or always matches) by mistake would silently switch a policy off (or on).
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let field = |path: String, message: &str| ManifestError {
+            field: format!("selector.{path}"),
+            message: message.to_owned(),
+        };
+        for (i, n) in self.namespaces.iter().enumerate() {
+            if n.is_empty() {
+                return Err(field(format!("namespaces[{i}]"), "must not be empty"));
+            }
+        }
+        for (i, e) in self.match_expressions.iter().enumerate() {
+            if e.key.is_empty() {
+                return Err(field(format!("matchExpressions[{i}].key"), "must be set"));
+            }
+            let needs_values = matches!(e.operator, SelectorOperator::In | SelectorOperator::NotIn);
+            if needs_values && e.values.is_empty() {
+                return Err(field(
+                    format!("matchExpressions[{i}].values"),
+                    "must be non-empty for In and NotIn",
+                ));
+            }
+            if !needs_values && !e.values.is_empty() {
+                return Err(field(
+                    format!("matchExpressions[{i}].values"),
+                    "must be empty for Exists and DoesNotExist",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a policy is configured: the `policy.yaml` next to a `.wasm`, or in a policy ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyManifest {
     pub name: String,
@@ -35,12 +148,120 @@ pub struct PolicyManifest {
     pub order: i32,
     #[serde(default)]
     pub failure_policy: FailurePolicy,
+    #[serde(default)]
+    pub mode: PolicyMode,
+    /// The jobs it applies to [default: all].
+    #[serde(default, skip_serializing_if = "JobSelector::is_empty")]
+    pub selector: JobSelector,
     /// The settings document handed to every call (JSON or YAML in the manifest).
     #[serde(default)]
     pub settings: serde_json::Value,
     /// Paths the policy may change beyond the default ones (e.g. `spec.volumes[*].hostPath`).
     #[serde(default)]
     pub allowed_paths: Vec<String>,
+    /// Its own deadline per call, at most the operator's [default: the operator's].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Its own memory cap per call, at most the operator's [default: the operator's].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// The sha256 (hex) the module must have; anything else is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// A manifest field that is not valid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("manifest field {field}: {message}")]
+pub struct ManifestError {
+    /// The field's path, e.g. `selector.matchExpressions[0].values`; `.` for the whole document.
+    pub field: String,
+    pub message: String,
+}
+
+impl PolicyManifest {
+    /// Parses a YAML (or JSON) manifest; `default_name` fills a missing `name`. Errors name the
+    /// field's path.
+    pub fn from_yaml(text: &str, default_name: &str) -> Result<PolicyManifest, ManifestError> {
+        let mut value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| ManifestError {
+                field: ".".into(),
+                message: format!("not valid YAML: {e}"),
+            })?;
+        if let serde_yaml_ng::Value::Mapping(m) = &mut value {
+            let key = serde_yaml_ng::Value::from("name");
+            if !m.contains_key(&key) {
+                m.insert(key, serde_yaml_ng::Value::from(default_name));
+            }
+        }
+        serde_path_to_error::deserialize::<_, PolicyManifest>(value).map_err(|e| ManifestError {
+            field: e.path().to_string(),
+            message: e.inner().to_string(),
+        })
+    }
+
+    /// The fields that need no module to check: name, hooks, selector, allowed paths and the
+    /// shape of `sha256`.
+    pub fn validate(&self) -> Result<AllowedPaths, ManifestError> {
+        let field = |field: &str, message: String| ManifestError {
+            field: field.into(),
+            message,
+        };
+        if self.name.trim().is_empty() {
+            return Err(field("name", "must be set".into()));
+        }
+        if self.hooks.is_empty() {
+            return Err(field("hooks", "must name at least one hook".into()));
+        }
+        if let Some(expected) = &self.sha256
+            && (expected.len() != 64 || !expected.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(field(
+                "sha256",
+                format!("{expected:?} is not a sha256 digest (64 hex digits)"),
+            ));
+        }
+        self.selector.validate()?;
+        AllowedPaths::with_extra(self.allowed_paths.iter().map(String::as_str))
+            .map_err(|e| field("allowedPaths", e))
+    }
+}
+
+/// Why a policy could not be activated, by step.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ActivationError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Limits(#[from] LimitError),
+    #[error("manifest field sha256: expected {expected} but the module's digest is {actual}")]
+    Digest { expected: String, actual: String },
+    /// Not a component, or it imports what the sandbox does not provide.
+    #[error("the module does not load: {0}")]
+    Compile(EvalError),
+    #[error(
+        "manifest field hooks: declares {hook} but the module does not export {}",
+        hook.interface()
+    )]
+    Hooks { hook: Hook },
+    /// `validate-settings` refused the settings, or failed.
+    #[error("manifest field settings: {0}")]
+    Settings(EvalError),
+}
+
+impl From<ActivationError> for EvalError {
+    fn from(e: ActivationError) -> EvalError {
+        let category = match &e {
+            ActivationError::Manifest(_) | ActivationError::Limits(_) => Category::Settings,
+            ActivationError::Digest { .. } | ActivationError::Hooks { .. } => Category::Link,
+            ActivationError::Compile(inner) | ActivationError::Settings(inner) => inner.category,
+        };
+        let message = match e {
+            ActivationError::Compile(inner) | ActivationError::Settings(inner) => inner.message,
+            other => other.to_string(),
+        };
+        EvalError::new(category, message)
+    }
 }
 
 /// A policy ready to run.
@@ -50,6 +271,8 @@ pub struct ActivePolicy {
     /// `manifest.settings` as JSON text, as the guest receives it.
     pub settings: String,
     pub allowed: AllowedPaths,
+    /// Its deadline and memory cap per call: the operator's, or the manifest's smaller ones.
+    pub limits: CallLimits,
     pub compiled: Arc<CompiledPolicy>,
 }
 
@@ -66,6 +289,12 @@ impl ActivePolicy {
     pub fn runs(&self, hook: Hook) -> bool {
         self.manifest.hooks.contains(&hook)
     }
+
+    /// Whether its decisions are applied to a job in `namespace` with `labels`.
+    pub fn enforced_for(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.manifest.mode == PolicyMode::Enforce
+            && self.manifest.selector.matches(namespace, labels)
+    }
 }
 
 /// Compiles `wasm`, checks it exports the declared hooks, checks the allowed paths and runs
@@ -75,47 +304,47 @@ pub fn activate(
     manifest: PolicyManifest,
     wasm: &[u8],
 ) -> Result<ActivePolicy, EvalError> {
-    if manifest.name.trim().is_empty() {
-        return Err(EvalError::new(
-            Category::Settings,
-            "manifest field name: must be set",
-        ));
+    activate_checked(engine, manifest, wasm).map_err(EvalError::from)
+}
+
+/// [`activate`], with the step that failed: the manifest's own fields and limits first (no
+/// need to compile a module whose manifest is wrong), then compilation (once per digest), the
+/// digest pin, the exported hooks, and `validate-settings` within the policy's own limits.
+pub fn activate_checked(
+    engine: &PolicyEngine,
+    manifest: PolicyManifest,
+    wasm: &[u8],
+) -> Result<ActivePolicy, ActivationError> {
+    let allowed = manifest.validate()?;
+    let limits = engine
+        .limits()
+        .narrow(manifest.deadline_ms, manifest.memory_mib)?;
+    let compiled = engine.compile(wasm).map_err(ActivationError::Compile)?;
+    if let Some(expected) = &manifest.sha256
+        && !expected.eq_ignore_ascii_case(&compiled.digest)
+    {
+        return Err(ActivationError::Digest {
+            expected: expected.clone(),
+            actual: compiled.digest.clone(),
+        });
     }
-    if manifest.hooks.is_empty() {
-        return Err(EvalError::new(
-            Category::Settings,
-            "manifest field hooks: must name at least one hook",
-        ));
-    }
-    let compiled = engine.compile(wasm)?;
     let exported = compiled.hooks();
-    for hook in &manifest.hooks {
-        if !exported.contains(hook) {
-            return Err(EvalError::new(
-                Category::Link,
-                format!(
-                    "manifest declares hook {hook} but the module does not export {}",
-                    hook.interface()
-                ),
-            ));
-        }
+    if let Some(&hook) = manifest.hooks.iter().find(|h| !exported.contains(h)) {
+        return Err(ActivationError::Hooks { hook });
     }
-    let allowed = AllowedPaths::with_extra(manifest.allowed_paths.iter().map(String::as_str))
-        .map_err(|e| {
-            EvalError::new(
-                Category::Settings,
-                format!("manifest field allowedPaths: {e}"),
-            )
-        })?;
     let settings = match &manifest.settings {
         serde_json::Value::Null => "{}".to_owned(),
         other => other.to_string(),
     };
-    engine.validate_settings(&compiled, &manifest.name, &settings)?;
+    engine
+        .limited(limits)
+        .validate_settings(&compiled, &manifest.name, &settings)
+        .map_err(ActivationError::Settings)?;
     Ok(ActivePolicy {
         manifest,
         settings,
         allowed,
+        limits,
         compiled,
     })
 }
@@ -139,9 +368,33 @@ impl PolicySet {
         PolicySet { policies: list }
     }
 
-    /// Policies that run for `hook`, in evaluation order.
+    /// Policies that run for `hook`, in evaluation order, whatever their mode and selector.
     pub fn for_hook(&self, hook: Hook) -> impl Iterator<Item = &Arc<ActivePolicy>> {
         self.policies.iter().filter(move |p| p.runs(hook))
+    }
+
+    /// Policies whose decisions are applied for `hook` to a job in `namespace` with `labels`,
+    /// in evaluation order: `Enforce` policies whose selector matches.
+    pub fn enforced<'a>(
+        &'a self,
+        hook: Hook,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Arc<ActivePolicy>> {
+        self.for_hook(hook)
+            .filter(move |p| p.enforced_for(namespace, labels))
+    }
+
+    /// `Shadow` policies for `hook` whose selector matches the job, in evaluation order.
+    pub fn shadowing<'a>(
+        &'a self,
+        hook: Hook,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Arc<ActivePolicy>> {
+        self.for_hook(hook).filter(move |p| {
+            p.manifest.mode == PolicyMode::Shadow && p.manifest.selector.matches(namespace, labels)
+        })
     }
 
     pub fn all(&self) -> &[Arc<ActivePolicy>] {
@@ -208,6 +461,135 @@ mod tests {
         assert_eq!(decorate, vec![("z", -1), ("b", 5), ("a", 7)]);
         assert_eq!(set.for_hook(Hook::Classify).count(), 1);
         assert!(set.get("classify").is_some());
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn expression(key: &str, operator: SelectorOperator, values: &[&str]) -> LabelExpression {
+        LabelExpression {
+            key: key.into(),
+            operator,
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn selectors_match_like_kubernetes_label_selectors() {
+        let all = JobSelector::default();
+        assert!(all.matches("any", &labels(&[])));
+        let selector = JobSelector {
+            namespaces: vec!["ml".into(), "vision".into()],
+            match_labels: labels(&[("team", "cv")]),
+            match_expressions: vec![
+                expression("tier", SelectorOperator::In, &["gold", "silver"]),
+                expression("legacy", SelectorOperator::DoesNotExist, &[]),
+            ],
+        };
+        let job = labels(&[("team", "cv"), ("tier", "gold")]);
+        assert!(selector.matches("ml", &job));
+        assert!(selector.matches("vision", &job));
+        assert!(!selector.matches("default", &job), "namespace");
+        assert!(
+            !selector.matches("ml", &labels(&[("tier", "gold")])),
+            "matchLabels"
+        );
+        assert!(
+            !selector.matches("ml", &labels(&[("team", "cv"), ("tier", "bronze")])),
+            "In"
+        );
+        assert!(
+            !selector.matches("ml", &labels(&[("team", "cv")])),
+            "In needs the label"
+        );
+        let mut legacy = job.clone();
+        legacy.insert("legacy".into(), "".into());
+        assert!(!selector.matches("ml", &legacy), "DoesNotExist");
+
+        let not_in = JobSelector {
+            match_expressions: vec![
+                expression("tier", SelectorOperator::NotIn, &["bronze"]),
+                expression("team", SelectorOperator::Exists, &[]),
+            ],
+            ..JobSelector::default()
+        };
+        assert!(
+            not_in.matches("x", &labels(&[("team", "a")])),
+            "NotIn holds without the label"
+        );
+        assert!(not_in.matches("x", &labels(&[("team", "a"), ("tier", "gold")])));
+        assert!(!not_in.matches("x", &labels(&[("team", "a"), ("tier", "bronze")])));
+        assert!(!not_in.matches("x", &labels(&[("tier", "gold")])), "Exists");
+    }
+
+    #[test]
+    fn manifests_read_the_new_fields_in_camel_case() {
+        let m = PolicyManifest::from_yaml(
+            "hooks: [classify]\nmode: Shadow\ndeadlineMs: 20\nmemoryMib: 16\n\
+             selector:\n  namespaces: [ml]\n  matchLabels: {team: cv}\n  \
+             matchExpressions: [{key: tier, operator: NotIn, values: [bronze]}]\n",
+            "p",
+        )
+        .unwrap();
+        assert_eq!(m.mode, PolicyMode::Shadow);
+        assert_eq!((m.deadline_ms, m.memory_mib), (Some(20), Some(16)));
+        assert_eq!(m.selector.namespaces, vec!["ml"]);
+        assert_eq!(m.selector.match_labels, labels(&[("team", "cv")]));
+        assert_eq!(
+            m.selector.match_expressions,
+            vec![expression("tier", SelectorOperator::NotIn, &["bronze"])]
+        );
+        // Serialised back, empty optional fields stay out and the rest reads back the same.
+        let text = serde_yaml_ng::to_string(&m).unwrap();
+        assert!(!text.contains("sha256"), "{text}");
+        assert_eq!(PolicyManifest::from_yaml(&text, "other").unwrap(), m);
+        let plain =
+            serde_yaml_ng::to_string(&PolicyManifest::from_yaml("hooks: [decorate]", "p").unwrap())
+                .unwrap();
+        assert!(!plain.contains("selector"), "{plain}");
+
+        let err = PolicyManifest::from_yaml(
+            "hooks: [classify]\nselector: {matchExpressions: [{key: a, operator: Maybe}]}\n",
+            "p",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "selector.matchExpressions[0].operator", "{err}");
+        let m = PolicyManifest::from_yaml(
+            "hooks: [classify]\nselector: {matchExpressions: [{key: a, operator: Exists, values: [x]}]}\n",
+            "p",
+        )
+        .unwrap();
+        assert_eq!(
+            m.validate().unwrap_err().field,
+            "selector.matchExpressions[0].values"
+        );
+    }
+
+    #[test]
+    fn only_enforced_policies_with_a_matching_selector_are_enforced() {
+        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
+        let mut shadow = active(&engine, "shadow", 0, 0);
+        shadow.manifest.mode = PolicyMode::Shadow;
+        let mut vision = active(&engine, "vision", 1, 0);
+        vision.manifest.selector.namespaces = vec!["vision".into()];
+        let set = PolicySet::new([shadow, vision, active(&engine, "all", 2, 0)]);
+        let no_labels = BTreeMap::new();
+        let names = |ns: &str| -> Vec<String> {
+            set.enforced(Hook::Decorate, ns, &no_labels)
+                .map(|p| p.name().to_owned())
+                .collect()
+        };
+        assert_eq!(names("ml"), vec!["all"]);
+        assert_eq!(names("vision"), vec!["vision", "all"]);
+        let shadows: Vec<&str> = set
+            .shadowing(Hook::Decorate, "ml", &no_labels)
+            .map(|p| p.name())
+            .collect();
+        assert_eq!(shadows, vec!["shadow"]);
     }
 
     #[test]

@@ -13,8 +13,9 @@ use tfjob_policy_engine::bindings::JobContext;
 use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
 use tfjob_policy_engine::policies::job_context;
 use tfjob_policy_engine::{
-    Category, CompiledPolicy, Hook, PolicyEngine, PolicyManifest, PolicySet, Registry,
-    SandboxLimits, WasmPolicies, activate, defaults,
+    ActivationError, CallLimits, Category, CompiledPolicy, Hook, JobSelector, LabelExpression,
+    PolicyEngine, PolicyManifest, PolicyMode, PolicySet, Registry, SandboxLimits, SelectorOperator,
+    WasmPolicies, activate, activate_checked, defaults,
 };
 
 fn engine() -> &'static Arc<PolicyEngine> {
@@ -26,14 +27,16 @@ fn engine() -> &'static Arc<PolicyEngine> {
 
 /// An engine with a long deadline, for limits that must trip on their own account rather than
 /// on the clock (filling 64 MiB or building 16 MiB takes a guest longer than 50 ms).
-fn patient_engine() -> &'static PolicyEngine {
-    static ENGINE: OnceLock<PolicyEngine> = OnceLock::new();
+fn patient_engine() -> &'static Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        PolicyEngine::new(SandboxLimits {
-            deadline: std::time::Duration::from_secs(30),
-            ..SandboxLimits::default()
-        })
-        .expect("engine starts")
+        Arc::new(
+            PolicyEngine::new(SandboxLimits {
+                deadline: std::time::Duration::from_secs(30),
+                ..SandboxLimits::default()
+            })
+            .expect("engine starts"),
+        )
     })
 }
 
@@ -169,10 +172,9 @@ fn hostile_decorator(mode: &str, allowed_paths: Vec<String>) -> WasmPolicies {
     let manifest = PolicyManifest {
         name: format!("hostile-{mode}"),
         hooks: vec![Hook::Decorate],
-        order: 0,
-        failure_policy: Default::default(),
         settings: json!({ "mode": mode }),
         allowed_paths,
+        ..PolicyManifest::default()
     };
     let active =
         activate(engine(), manifest, HOSTILE_POLICY_WASM).expect("hostile policy activates");
@@ -221,10 +223,9 @@ fn ignore_failure_policy_skips_a_broken_policy() {
     let manifest = PolicyManifest {
         name: "flaky".into(),
         hooks: vec![Hook::Decorate],
-        order: 0,
         failure_policy: tfjob_policy_engine::FailurePolicy::Ignore,
         settings: json!({"mode": "panic"}),
-        allowed_paths: vec![],
+        ..PolicyManifest::default()
     };
     let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap();
     let policies = WasmPolicies::new(
@@ -271,10 +272,8 @@ fn modules_that_are_not_policies_are_link_errors() {
     let manifest = PolicyManifest {
         name: "wrong-hook".into(),
         hooks: vec![Hook::Decorate],
-        order: 0,
-        failure_policy: Default::default(),
         settings: json!({}),
-        allowed_paths: vec![],
+        ..PolicyManifest::default()
     };
     let err = activate(engine(), manifest, defaults::for_hook(Hook::Classify).wasm).unwrap_err();
     assert_eq!(err.category, Category::Link);
@@ -286,10 +285,8 @@ fn settings_are_validated_before_activation() {
     let manifest = PolicyManifest {
         name: "bad-mode".into(),
         hooks: vec![Hook::Decorate],
-        order: 0,
-        failure_policy: Default::default(),
         settings: json!({"mode": "teleport"}),
-        allowed_paths: vec![],
+        ..PolicyManifest::default()
     };
     let err = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
     assert_eq!(err.category, Category::Settings);
@@ -374,4 +371,171 @@ fn no_state_survives_an_evaluation() {
             .validate_settings(&policy, "stateful", r#"{"call": 1}"#)
             .unwrap_or_else(|e| panic!("call {call}: {e}"));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-policy limits, mode and selector
+// ---------------------------------------------------------------------------------------------
+
+/// The hostile guest for `hooks` in `mode` with a manifest tweaked by `edit`, alone in a
+/// registry served by `engine`.
+fn hostile_policies(
+    engine: &Arc<PolicyEngine>,
+    hooks: Vec<Hook>,
+    mode: &str,
+    edit: impl FnOnce(&mut PolicyManifest),
+) -> WasmPolicies {
+    let mut manifest = PolicyManifest {
+        name: format!("hostile-{mode}"),
+        hooks,
+        settings: json!({ "mode": mode }),
+        ..PolicyManifest::default()
+    };
+    edit(&mut manifest);
+    let active = activate(engine, manifest, HOSTILE_POLICY_WASM).expect("activates");
+    WasmPolicies::new(
+        Arc::clone(engine),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    )
+}
+
+#[test]
+fn a_policy_deadline_bounds_every_hook_below_the_engine_deadline() {
+    // The engine allows 30 s; the policy asks for 20 ms, and gets it on every hook.
+    for hook in Hook::ALL {
+        let policies = hostile_policies(patient_engine(), vec![hook], "loop", |m| {
+            m.deadline_ms = Some(20);
+        });
+        let started = Instant::now();
+        let err = match hook {
+            Hook::Classify => policies
+                .classify(&ctx(), &base_pod(), jiff::Timestamp::UNIX_EPOCH)
+                .unwrap_err(),
+            Hook::Decorate | Hook::Resources => policies.shape_pod(&ctx(), base_pod()).unwrap_err(),
+        };
+        assert_eq!(err.category, Category::Timeout, "{hook}: {err}");
+        assert!(err.message.contains("deadline of 20ms"), "{hook}: {err}");
+        // Far below the engine's 30 s; generous against a loaded machine.
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{hook}: took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_policy_memory_cap_bounds_its_calls_below_the_engine_cap() {
+    let policies = hostile_policies(patient_engine(), vec![Hook::Decorate], "memory", |m| {
+        m.memory_mib = Some(8);
+    });
+    let err = policies.shape_pod(&ctx(), base_pod()).unwrap_err();
+    assert_eq!(err.category, Category::Memory, "{err}");
+    assert!(
+        err.message.contains("memory limit of 8388608 bytes"),
+        "{err}"
+    );
+    // The engine's own cap is still 64 MiB for a policy that sets none.
+    let err = patient_decorate("memory").unwrap_err();
+    assert!(
+        err.message.contains("memory limit of 67108864 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_policy_memory_cap_applies_to_validate_settings_too() {
+    // The guest's initial memory alone is more than 1 MiB: activation runs validate-settings
+    // under the policy's cap and refuses it.
+    let manifest = PolicyManifest {
+        name: "tiny".into(),
+        hooks: vec![Hook::Decorate],
+        memory_mib: Some(1),
+        ..PolicyManifest::default()
+    };
+    let err = activate_checked(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
+    let ActivationError::Settings(inner) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(inner.category, Category::Memory, "{err}");
+    assert!(inner.message.contains("1048576"), "{err}");
+}
+
+#[test]
+fn limits_above_the_maximum_are_refused_naming_the_field() {
+    for (deadline_ms, memory_mib, field) in [
+        (Some(51), None, "deadlineMs"),
+        (None, Some(65), "memoryMib"),
+        (Some(0), None, "deadlineMs"),
+    ] {
+        let manifest = PolicyManifest {
+            name: "greedy".into(),
+            hooks: vec![Hook::Decorate],
+            deadline_ms,
+            memory_mib,
+            ..PolicyManifest::default()
+        };
+        let err = activate_checked(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
+        let ActivationError::Limits(limit) = &err else {
+            panic!("{field}: {err}")
+        };
+        assert_eq!(limit.field, field);
+        assert!(err.to_string().contains("operator's maximum"), "{err}");
+    }
+    // Whatever a caller asks of the engine directly, its maximum holds.
+    let asked = CallLimits {
+        deadline: std::time::Duration::from_secs(3600),
+        memory: usize::MAX,
+    };
+    assert_eq!(
+        engine().limited(asked).limits(),
+        SandboxLimits::default().call_limits()
+    );
+}
+
+#[test]
+fn shadow_policies_and_unselected_jobs_are_not_enforced() {
+    // A policy that would break every pod it touches shows whether it ran.
+    let breaks = |edit: fn(&mut PolicyManifest)| {
+        hostile_policies(engine(), vec![Hook::Decorate], "change-image", edit)
+            .shape_pod(&ctx(), base_pod())
+    };
+    assert_eq!(
+        breaks(|_| {}).unwrap_err().category,
+        Category::GuardViolation,
+        "enforced on every job by default"
+    );
+    let shaped = breaks(|m| m.mode = PolicyMode::Shadow).expect("a shadow policy is not applied");
+    assert_eq!(shaped.pod, base_pod());
+    assert!(shaped.applied.is_empty());
+
+    // ctx(): namespace `ml`, no labels.
+    let other_namespace = breaks(|m| m.selector.namespaces = vec!["vision".into()]);
+    assert_eq!(other_namespace.unwrap().pod, base_pod());
+    let this_namespace = breaks(|m| m.selector.namespaces = vec!["vision".into(), "ml".into()]);
+    assert!(this_namespace.is_err());
+    let needs_label = breaks(|m| {
+        m.selector = JobSelector {
+            match_labels: [("team".to_owned(), "vision".to_owned())].into(),
+            ..JobSelector::default()
+        }
+    });
+    assert!(needs_label.is_ok(), "the job has no team label");
+    let unless_label = breaks(|m| {
+        m.selector.match_expressions = vec![LabelExpression {
+            key: "sandboxed".into(),
+            operator: SelectorOperator::DoesNotExist,
+            values: vec![],
+        }]
+    });
+    assert!(unless_label.is_err(), "the job has no sandboxed label");
+
+    // The same for classification: a shadow classifier leaves the verdict to the fallback.
+    let shadow = hostile_policies(engine(), vec![Hook::Classify], "panic", |m| {
+        m.mode = PolicyMode::Shadow
+    });
+    let verdict = shadow
+        .classify(&ctx(), &base_pod(), jiff::Timestamp::UNIX_EPOCH)
+        .expect("the panicking shadow classifier is not called");
+    assert!(!verdict.policy.starts_with("hostile"), "{verdict:?}");
 }

@@ -1,0 +1,729 @@
+//! End-to-end tests of `tfjob-operator policy pack` and `policy list`.
+//!
+//! `pack` runs as a child process, as a platform team would: its output must parse as a
+//! ConfigMap that the operator's loader (`configmap::load`) accepts, and everything the loader
+//! would refuse must be refused up front with the cause. The ConfigMaps in `deploy/policies/`
+//! are regenerated with the commands of their README and compared byte for byte. `list` runs
+//! against the embedded API server, with ConfigMaps created through kube-rs.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tfjob_policy_engine::configmap::{self, PolicyStatus};
+use tfjob_policy_engine::{FailurePolicy, Hook, PolicyEngine, PolicyMode, SandboxLimits, defaults};
+
+/// Longest a single invocation may take before the test gives up on it.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs the binary with `args`; kills it and fails the test after [`TIMEOUT`].
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tfjob-operator starts");
+    // Read from other threads so that full pipes never block the child.
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        out.read_to_end(&mut buf).map(|_| buf)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        err.read_to_end(&mut buf).map(|_| buf)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tfjob-operator {args:?} did not finish within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap().expect("stdout is readable"),
+        stderr: err_reader.join().unwrap().expect("stderr is readable"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// Asserts exit status 0 and an empty stderr; returns stdout.
+fn success(args: &[&str]) -> String {
+    let output = run(args);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\nstderr:\n{}",
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stderr), "", "{args:?}");
+    text(&output.stdout)
+}
+
+/// Asserts exit status 2 and an empty stdout; returns stderr.
+fn failure(args: &[&str]) -> String {
+    let output = run(args);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stdout), "", "{args:?}: nothing on stdout");
+    text(&output.stderr)
+}
+
+fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, contents).expect("writing a temp file");
+    path.to_str().expect("UTF-8 path").to_owned()
+}
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(SandboxLimits::default()).expect("engine starts")
+}
+
+fn parse(yaml: &str) -> ConfigMap {
+    serde_yaml_ng::from_str(yaml).unwrap_or_else(|e| panic!("not a ConfigMap ({e}):\n{yaml}"))
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+// ---------------------------------------------------------------------------------------------
+// pack
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn pack_prints_configmaps_the_operator_loads() {
+    let engine = engine();
+    for d in &defaults::DEFAULTS {
+        for gzip in [false, true] {
+            let spec = format!("default:{}", d.name);
+            let mut args = vec![
+                "policy",
+                "pack",
+                "--wasm",
+                &spec,
+                "--name",
+                d.name,
+                "--hooks",
+                d.hook.as_str(),
+            ];
+            if gzip {
+                args.push("--gzip");
+            }
+            let cm = parse(&success(&args));
+            assert_eq!(
+                cm.metadata.name.as_deref(),
+                Some(&*format!("tfjob-policy-{}", d.name))
+            );
+            assert_eq!(cm.metadata.namespace.as_deref(), Some("tfjob-system"));
+            assert_eq!(
+                cm.metadata.labels,
+                Some(BTreeMap::from([(
+                    "policy.tfjob.dev/policy".to_owned(),
+                    "true".to_owned()
+                )]))
+            );
+            let key = if gzip {
+                "policy.wasm.gz"
+            } else {
+                "policy.wasm"
+            };
+            assert!(cm.binary_data.as_ref().unwrap().contains_key(key), "{key}");
+            let active = configmap::load(&engine, &cm)
+                .unwrap_or_else(|e| panic!("{} gzip={gzip}: {e}", d.name));
+            assert_eq!(active.compiled.digest, sha256(d.wasm));
+            assert_eq!(active.manifest.sha256.as_deref(), Some(&*sha256(d.wasm)));
+            assert_eq!(active.manifest.hooks, vec![d.hook]);
+            // A default gets the settings the operator runs it with.
+            assert_eq!(active.manifest.settings, defaults::default_settings(d));
+        }
+    }
+}
+
+#[test]
+fn pack_writes_every_flag_into_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = write(
+        dir.path(),
+        "resources.wasm",
+        defaults::find("default-resources").unwrap().wasm,
+    );
+    for (file, contents) in [
+        ("settings.yaml", "limits:\n  cpu: \"8\"\n"),
+        ("settings.json", r#"{"limits": {"cpu": "8"}}"#),
+    ] {
+        let settings = write(dir.path(), file, contents.as_bytes());
+        let cm = parse(&success(&[
+            "policy",
+            "pack",
+            "--wasm",
+            &wasm,
+            "--name",
+            "caps",
+            "--hooks",
+            "resources",
+            "--settings",
+            &settings,
+            "--order",
+            "-5",
+            "--failure-policy",
+            "Ignore",
+            "--mode",
+            "Shadow",
+            "--namespace",
+            "ml",
+            "--deadline-ms",
+            "20",
+            "--memory-mib",
+            "16",
+            "--allowed-path",
+            "spec.runtimeClassName",
+            "--allowed-path",
+            "spec.volumes[*].hostPath",
+        ]));
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("ml"));
+        let active = configmap::load(&engine(), &cm).unwrap();
+        let m = &active.manifest;
+        assert_eq!(m.name, "caps");
+        assert_eq!(m.order, -5);
+        assert_eq!(m.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(m.mode, PolicyMode::Shadow);
+        assert_eq!(m.settings, json!({"limits": {"cpu": "8"}}), "{file}");
+        assert_eq!((m.deadline_ms, m.memory_mib), (Some(20), Some(16)));
+        assert_eq!(
+            m.allowed_paths,
+            vec!["spec.runtimeClassName", "spec.volumes[*].hostPath"]
+        );
+        assert_eq!(active.limits.deadline, Duration::from_millis(20));
+        assert_eq!(active.limits.memory, 16 << 20);
+    }
+    // Several hooks, comma-separated, of a module that exports them all.
+    let hostile = write(dir.path(), "full.wasm", defaults::HOSTILE_POLICY_WASM);
+    let cm = parse(&success(&[
+        "policy",
+        "pack",
+        "--wasm",
+        &hostile,
+        "--name",
+        "full",
+        "--hooks",
+        "decorate,resources,classify",
+    ]));
+    let active = configmap::load(&engine(), &cm).unwrap();
+    assert_eq!(
+        active.manifest.hooks,
+        vec![Hook::Decorate, Hook::Resources, Hook::Classify]
+    );
+}
+
+/// The default decoration module with a custom section of `padding` bytes appended: still a
+/// valid component, larger than a ConfigMap may be, and compressible.
+fn padded_component(padding: usize) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"padding";
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.resize(body.len() + padding, 0);
+    let mut module = defaults::find("default-decorate").unwrap().wasm.to_vec();
+    module.push(0); // custom section
+    leb128(body.len(), &mut module);
+    module.extend(body);
+    module
+}
+
+#[test]
+fn pack_refuses_what_the_operator_would_reject() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = |wasm: &str, name: &str, hooks: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["policy", "pack", "--wasm", wasm, "--name", name]
+            .map(String::from)
+            .to_vec();
+        args.extend(["--hooks".to_owned(), hooks.to_owned()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let refuse = |args: Vec<String>| -> String {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = failure(&refs);
+        assert!(err.starts_with("error: "), "{err}");
+        err
+    };
+
+    // A module that does not load.
+    let corrupt = write(dir.path(), "corrupt.wasm", b"\0asm\x0d\0\x01\0garbage");
+    let err = refuse(pack(&corrupt, "corrupt", "decorate", &[]));
+    assert!(err.contains("corrupt.wasm"), "{err}");
+    assert!(err.contains("(compile step)"), "{err}");
+
+    // A module that does not export a declared hook.
+    let err = refuse(pack(
+        "default:default-resources",
+        "r",
+        "resources,decorate",
+        &[],
+    ));
+    assert!(err.contains("(hooks step)"), "{err}");
+    assert!(
+        err.contains("does not export tfjob:policy/decorate@0.1.0"),
+        "{err}"
+    );
+
+    // Settings that validate-settings refuses, naming the setting.
+    let settings = write(dir.path(), "bad.yaml", b"limits: {cpu: lots}\n");
+    let err = refuse(pack(
+        "default:default-resources",
+        "r",
+        "resources",
+        &["--settings", &settings],
+    ));
+    assert!(err.contains("(settings step)"), "{err}");
+    assert!(err.contains("limits.cpu"), "{err}");
+
+    // Limits above the operator's maximum, naming the field.
+    let err = refuse(pack(
+        "default:default-resources",
+        "r",
+        "resources",
+        &["--deadline-ms", "51"],
+    ));
+    assert!(err.contains("(limits step)"), "{err}");
+    assert!(err.contains("deadlineMs"), "{err}");
+    let err = refuse(pack(
+        "default:default-resources",
+        "r",
+        "resources",
+        &["--memory-mib", "65"],
+    ));
+    assert!(err.contains("memoryMib"), "{err}");
+
+    // A path no policy may change.
+    let err = refuse(pack(
+        "default:default-decorate",
+        "d",
+        "decorate",
+        &["--allowed-path", "spec.containers[*].image"],
+    ));
+    assert!(err.contains("allowedPaths"), "{err}");
+    assert!(err.contains("spec.containers[*].image"), "{err}");
+
+    // A name that makes no ConfigMap name.
+    let err = refuse(pack(
+        "default:default-decorate",
+        "GPU_rules",
+        "decorate",
+        &[],
+    ));
+    assert!(err.contains("--name"), "{err}");
+
+    // Too large for a ConfigMap: refused with a hint, and fine compressed.
+    let big = write(dir.path(), "big.wasm", &padded_component(1 << 20));
+    let err = refuse(pack(&big, "big", "decorate", &[]));
+    assert!(err.contains("(size step)"), "{err}");
+    assert!(err.contains("1048576"), "{err}");
+    assert!(err.contains("--gzip"), "{err}");
+    let args = pack(&big, "big", "decorate", &["--gzip"]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cm = parse(&success(&refs));
+    assert!(configmap::load(&engine(), &cm).is_ok());
+
+    // Unreadable input and unknown defaults name what is wrong.
+    let err = refuse(pack("/no/such/policy.wasm", "x", "decorate", &[]));
+    assert!(err.contains("/no/such/policy.wasm"), "{err}");
+    let err = refuse(pack("default:default-decorator", "x", "decorate", &[]));
+    assert!(err.contains("no default policy"), "{err}");
+    let missing = dir.path().join("missing.yaml");
+    let err = refuse(pack(
+        "default:default-classify",
+        "x",
+        "classify",
+        &["--settings", missing.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("--settings") && err.contains("missing.yaml"),
+        "{err}"
+    );
+    let output = run(&[
+        "policy", "pack", "--wasm", &big, "--name", "x", "--hooks", "paint",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("unknown hook \"paint\""));
+}
+
+// ---------------------------------------------------------------------------------------------
+// deploy/policies
+// ---------------------------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Splits a shell command line: words separated by spaces, `'...'` quoting.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                word.get_or_insert_with(String::new);
+            }
+            ' ' if !quoted => words.extend(word.take()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// The `policy pack` commands of `deploy/policies/README.md`: arguments and output file.
+fn readme_commands() -> Vec<(Vec<String>, String)> {
+    let readme = std::fs::read_to_string(repo_root().join("deploy/policies/README.md"))
+        .expect("deploy/policies/README.md");
+    readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("cargo run -p tfjob-operator -- "))
+        .map(|command| {
+            let words = shell_words(command);
+            let at = words.iter().position(|w| w == ">").expect("> FILE");
+            (words[..at].to_vec(), words[at + 1].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn checked_in_policy_configmaps_are_current() {
+    let commands = readme_commands();
+    let files: Vec<&str> = commands.iter().map(|(_, f)| f.as_str()).collect();
+    assert_eq!(
+        files,
+        [
+            "deploy/policies/decorate.yaml",
+            "deploy/policies/resources.yaml",
+            "deploy/policies/classify.yaml"
+        ]
+    );
+    let update = std::env::var_os("UPDATE_POLICIES").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (args, file) in &commands {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let generated = success(&refs);
+        let path = repo_root().join(file);
+        if update {
+            std::fs::write(&path, &generated).unwrap();
+            continue;
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        if checked_in != generated {
+            stale.push(file.as_str());
+        }
+        // Whatever the bytes, what is checked in is what the operator embeds.
+        let cm = parse(&checked_in);
+        let active = configmap::load(&engine(), &cm).unwrap();
+        let d = defaults::find(active.name()).expect("a default's name");
+        assert_eq!(active.compiled.digest, sha256(d.wasm), "{file}");
+    }
+    assert!(
+        stale.is_empty(),
+        "{stale:?} differ from what `policy pack` makes of the embedded defaults; regenerate \
+         them with `UPDATE_POLICIES=1 cargo test -p tfjob-operator --test policy_pack` (the \
+         commands are in deploy/policies/README.md)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// list
+// ---------------------------------------------------------------------------------------------
+
+fn kubeconfig(dir: &Path, addr: &str) -> String {
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{addr}\nusers:\n- name: dev\n  user: {{}}\ncontexts:\n- name: embedded\n  context:\n    cluster: embedded\n    user: dev\ncurrent-context: embedded\n"
+    );
+    write(dir, "kubeconfig", config.as_bytes())
+}
+
+/// A policy ConfigMap as `pack` prints it, with a status annotation when given.
+fn policy_configmap(
+    namespace: &str,
+    name: &str,
+    hooks: &str,
+    mode: &str,
+    status: Option<&str>,
+) -> ConfigMap {
+    let module = match hooks {
+        "classify" => "default:default-classify",
+        "resources" => "default:default-resources",
+        _ => "default:default-decorate",
+    };
+    let mut cm = parse(&success(&[
+        "policy",
+        "pack",
+        "--wasm",
+        module,
+        "--name",
+        name,
+        "--hooks",
+        hooks,
+        "--mode",
+        mode,
+        "--namespace",
+        namespace,
+        "--gzip",
+    ]));
+    if let Some(status) = status {
+        cm.metadata.annotations = Some(BTreeMap::from([(
+            configmap::STATUS_ANNOTATION.to_owned(),
+            status.to_owned(),
+        )]));
+    }
+    cm
+}
+
+/// Cells of a `policy list` line: columns are at least three spaces apart.
+fn cells(line: &str) -> Vec<String> {
+    line.split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_policy_configmaps_with_the_operators_status() {
+    let store = tfjob_cluster::Store::new();
+    let (addr, _server) = tfjob_cluster::server::start(Arc::clone(&store), 0)
+        .await
+        .unwrap();
+    let client =
+        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(dir.path(), &addr.to_string());
+
+    let at: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+    let classify = defaults::find("default-classify").unwrap();
+    let active = PolicyStatus::active(&sha256(classify.wasm), at).to_annotation();
+    let rejected =
+        PolicyStatus::rejected(&configmap::LoadError::Ambiguous, None, at).to_annotation();
+    // Packing runs the binary: off the runtime that serves the API.
+    let configmaps = tokio::task::spawn_blocking(move || {
+        [
+            policy_configmap(
+                "tfjob-system",
+                "default-classify",
+                "classify",
+                "Enforce",
+                Some(&active),
+            ),
+            policy_configmap(
+                "tfjob-system",
+                "gpu",
+                "decorate",
+                "Enforce",
+                Some(&rejected),
+            ),
+            policy_configmap(
+                "tfjob-system",
+                "broken",
+                "resources",
+                "Enforce",
+                Some("{not json"),
+            ),
+            policy_configmap("ml", "canary", "classify", "Shadow", None),
+        ]
+    })
+    .await
+    .unwrap();
+    for cm in &configmaps {
+        let api: Api<ConfigMap> =
+            Api::namespaced(client.clone(), cm.metadata.namespace.as_deref().unwrap());
+        api.create(&PostParams::default(), cm).await.unwrap();
+    }
+    // A ConfigMap without the label is not a policy.
+    let unrelated: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "tfjob-policy-lookalike", "namespace": "tfjob-system"},
+        "data": {"policy.yaml": "hooks: [decorate]\n"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "tfjob-system")
+        .create(&PostParams::default(), &unrelated)
+        .await
+        .unwrap();
+
+    let list = move |extra: &[&str]| {
+        let mut args = vec!["policy", "list", "--kubeconfig", &kubeconfig];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(&refs)
+        })
+    };
+
+    // The default namespace is tfjob-system.
+    let output = list(&[]).await.unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    let lines: Vec<Vec<String>> = table.lines().map(cells).collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAMESPACE",
+            "NAME",
+            "CONFIGMAP",
+            "HOOKS",
+            "MODE",
+            "STATE",
+            "DIGEST",
+            "LOADED-AT",
+            "ERROR"
+        ],
+        "{table}"
+    );
+    assert_eq!(lines.len(), 4, "three policy ConfigMaps:\n{table}");
+    assert_eq!(
+        lines[1],
+        [
+            "tfjob-system",
+            "broken",
+            "tfjob-policy-broken",
+            "1 (resources)",
+            "Enforce",
+            "Unknown",
+            "-",
+            "-",
+            "unreadable policy.tfjob.dev/status annotation: key must be a string at line 1 column 2"
+        ],
+        "{table}"
+    );
+    assert_eq!(
+        lines[2],
+        [
+            "tfjob-system",
+            "default-classify",
+            "tfjob-policy-default-classify",
+            "1 (classify)",
+            "Enforce",
+            "Active",
+            &sha256(classify.wasm)[..12],
+            "2026-01-02T03:04:05Z",
+            "-"
+        ],
+        "{table}"
+    );
+    assert_eq!(
+        lines[3],
+        [
+            "tfjob-system",
+            "gpu",
+            "tfjob-policy-gpu",
+            "1 (decorate)",
+            "Enforce",
+            "Rejected",
+            "-",
+            "2026-01-02T03:04:05Z",
+            "binaryData keys policy.wasm and policy.wasm.gz are both set; keep one"
+        ],
+        "{table}"
+    );
+    // Columns line up.
+    let header = table.lines().next().unwrap();
+    for line in table.lines().skip(1) {
+        assert_eq!(
+            line.find("tfjob-policy-"),
+            header.find("CONFIGMAP"),
+            "{table}"
+        );
+    }
+
+    // Another namespace, and all of them.
+    let output = list(&["-n", "ml"]).await.unwrap();
+    let table = text(&output.stdout);
+    let lines: Vec<Vec<String>> = table.lines().map(cells).collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert_eq!(
+        lines[1],
+        [
+            "ml",
+            "canary",
+            "tfjob-policy-canary",
+            "1 (classify)",
+            "Shadow",
+            "Unknown",
+            "-",
+            "-",
+            "-"
+        ]
+    );
+    let output = list(&["-A"]).await.unwrap();
+    let table = text(&output.stdout);
+    let namespaces: Vec<String> = table.lines().skip(1).map(|l| cells(l)[0].clone()).collect();
+    assert_eq!(
+        namespaces,
+        ["ml", "tfjob-system", "tfjob-system", "tfjob-system"],
+        "{table}"
+    );
+
+    // None found: said on stderr, nothing on stdout.
+    let output = list(&["--namespace", "empty"]).await.unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(text(&output.stdout), "");
+    assert!(
+        text(&output.stderr).contains("No policy ConfigMaps"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn list_without_a_reachable_cluster_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kubeconfig = kubeconfig(dir.path(), &format!("127.0.0.1:{port}"));
+    let err = failure(&["policy", "list", "--kubeconfig", &kubeconfig]);
+    assert!(err.contains("listing policy ConfigMaps"), "{err}");
+    let err = failure(&["policy", "list", "--kubeconfig", "/no/such/kubeconfig"]);
+    assert!(err.contains("/no/such/kubeconfig"), "{err}");
+}
