@@ -125,12 +125,7 @@ fn kubectl_drives_a_job_through_restart_to_success_and_deletion() {
     let version = c.ok(&["version", "-o", "json"]);
     assert!(version.contains("serverVersion"), "{version}");
 
-    c.ok(&[
-        "apply",
-        "--validate=false",
-        "-f",
-        &example("demo-retry.yaml"),
-    ]);
+    c.ok(&["apply", "-f", &example("demo-retry.yaml")]);
     let listed = c.ok(&["get", "tfjobs"]);
     assert!(
         listed.lines().next().unwrap().contains("STATE"),
@@ -211,12 +206,7 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
             .spawn()
             .unwrap(),
     ));
-    c.ok(&[
-        "create",
-        "-f",
-        &example("demo-bad-image.yaml"),
-        "--validate=false",
-    ]);
+    c.ok(&["create", "-f", &example("demo-bad-image.yaml")]);
     c.ok(&[
         "wait",
         "--for=condition=Failed",
@@ -249,12 +239,7 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
         "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: bad-job}\nspec:\n  tfReplicaSpecs:\n    Worker:\n      template: {spec: {containers: [{name: tensorflow}]}}\n",
     )
     .unwrap();
-    let out = c.run(&[
-        "create",
-        "--validate=false",
-        "-f",
-        &bad.display().to_string(),
-    ]);
+    let out = c.run(&["create", "-f", &bad.display().to_string()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -3,14 +3,20 @@
 //! No real API server can run on the development and CI machines, so the project brings its
 //! own: an in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks
 //! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
-//! HTTP front (with [`table`] for kubectl and [`crd`] for custom resources); [`kubelet`]
+//! HTTP front (with [`table`] and [`openapi`] for kubectl and [`crd`] for custom resources); [`kubelet`]
 //! schedules pods onto simulated nodes and runs them by the scripts in their annotations;
-//! [`persist`] keeps the objects in a file across restarts.
+//! [`persist`] keeps the objects in a file across restarts. For tests of how clients cope with
+//! a misbehaving server, [`faults`] injects API errors, latency and cut watches, and
+//! [`requests`] counts requests by verb, resource and client.
 
 pub mod crd;
+mod debug;
 pub mod error;
+pub mod faults;
 pub mod kubelet;
+pub mod openapi;
 pub mod persist;
+pub mod requests;
 pub mod selector;
 pub mod server;
 pub mod store;

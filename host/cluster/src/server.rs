@@ -2,7 +2,10 @@
 //! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label
 //! and field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
 //! bookmarks, create, replace, the four patch types, delete and deletecollection, status
-//! subresources, discovery, and CRDs that make their resources served when applied.
+//! subresources, discovery, OpenAPI v3 documents for kubectl's validation, and CRDs that make
+//! their resources served when applied. Tests reach in through [`ServerOptions`]: a middleware
+//! in front of every handler injects the configured [`Faults`] and counts requests in
+//! [`RequestStats`], and `/debug/faults` and `/debug/requests` read and change both at run time.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,28 +23,82 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
+use crate::faults::Faults;
+use crate::requests::RequestStats;
 use crate::selector::Selector;
-use crate::store::{DeleteOptions, Patch, ResourceType, Store, WatchEvent};
+use crate::store::{DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent};
 
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 /// Longest watch when the client names no timeout.
 const DEFAULT_WATCH: Duration = Duration::from_secs(300);
 
+/// What the server injects and counts, shared with whoever started it.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// Faults injected into resource requests (none by default).
+    pub faults: Faults,
+    /// Counters of the resource requests answered.
+    pub stats: RequestStats,
+}
+
 /// The server's state.
 pub struct ApiServer {
     pub store: Arc<Store>,
+    pub options: ServerOptions,
 }
 
-/// The router; `serve` binds it.
+/// A server serving in the background.
+#[derive(Debug)]
+pub struct RunningServer {
+    /// The bound loopback address.
+    pub addr: SocketAddr,
+    /// The serving task; it runs until aborted.
+    pub handle: tokio::task::JoinHandle<()>,
+    options: ServerOptions,
+}
+
+impl RunningServer {
+    /// The fault configuration of the server, changeable while it runs.
+    pub fn faults(&self) -> &Faults {
+        &self.options.faults
+    }
+
+    /// The server's request counters.
+    pub fn requests(&self) -> &RequestStats {
+        &self.options.stats
+    }
+}
+
+/// The router with no faults; `serve` binds it.
 pub fn router(store: Arc<Store>) -> Router {
+    router_with(store, ServerOptions::default())
+}
+
+/// The router, injecting and counting through `options`.
+pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
+    let state = Arc::new(ApiServer { store, options });
     Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/livez", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }))
         .route("/version", axum::routing::get(version))
+        .route("/openapi/v3", axum::routing::get(openapi_index))
+        .route("/openapi/v3/{*path}", axum::routing::get(openapi_document))
+        .route(
+            "/debug/faults",
+            axum::routing::get(crate::debug::get_faults).put(crate::debug::put_faults),
+        )
+        .route(
+            "/debug/requests",
+            axum::routing::get(crate::debug::get_requests),
+        )
         .fallback(handle)
-        .with_state(Arc::new(ApiServer { store }))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            crate::debug::middleware,
+        ))
+        .with_state(state)
 }
 
 /// Serves the API on `listener` until `shutdown` resolves.
@@ -50,7 +107,17 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(store))
+    serve_with(store, listener, ServerOptions::default(), shutdown).await
+}
+
+/// Serves the API on `listener` with `options` until `shutdown` resolves.
+pub async fn serve_with(
+    store: Arc<Store>,
+    listener: tokio::net::TcpListener,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(store, options))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -60,14 +127,43 @@ pub async fn start(
     store: Arc<Store>,
     port: u16,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let running = start_with(store, port, ServerOptions::default()).await?;
+    Ok((running.addr, running.handle))
+}
+
+/// Binds a loopback port (0 picks a free one) and serves with `options` in the background.
+pub async fn start_with(
+    store: Arc<Store>,
+    port: u16,
+    options: ServerOptions,
+) -> std::io::Result<RunningServer> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
+    let serving = options.clone();
     let handle = tokio::spawn(async move {
-        if let Err(e) = serve(store, listener, std::future::pending()).await {
+        if let Err(e) = serve_with(store, listener, serving, std::future::pending()).await {
             tracing::error!(error = %e, "API server stopped");
         }
     });
-    Ok((addr, handle))
+    Ok(RunningServer {
+        addr,
+        handle,
+        options,
+    })
+}
+
+async fn openapi_index(State(server): State<Arc<ApiServer>>) -> Response {
+    json_response(200, &crate::openapi::index(&server.store))
+}
+
+async fn openapi_document(
+    State(server): State<Arc<ApiServer>>,
+    axum::extract::Path(path): axum::extract::Path<String>,
+) -> Response {
+    match crate::openapi::document(&server.store, &path) {
+        Some(doc) => json_response(200, &doc),
+        None => error_response(&ApiError::not_found("OpenAPI document", &path)),
+    }
 }
 
 async fn version() -> Response {
@@ -81,7 +177,7 @@ async fn version() -> Response {
     )
 }
 
-fn json_response(code: u16, body: &Value) -> Response {
+pub(crate) fn json_response(code: u16, body: &Value) -> Response {
     (
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         [(header::CONTENT_TYPE, "application/json")],
@@ -90,7 +186,7 @@ fn json_response(code: u16, body: &Value) -> Response {
         .into_response()
 }
 
-fn error_response(e: &ApiError) -> Response {
+pub(crate) fn error_response(e: &ApiError) -> Response {
     json_response(e.code, &e.status())
 }
 
@@ -220,7 +316,7 @@ async fn handle(
                     .delete(&target.t, target.namespace.as_deref(), name, &opts)
             })
             .map(|o| (200, o)),
-        (&Method::DELETE, None) => delete_collection(&server.store, &target, &query),
+        (&Method::DELETE, None) => delete_collection(&server.store, &target, &body, &query),
         _ => Err(ApiError::new(
             405,
             "MethodNotAllowed",
@@ -385,6 +481,8 @@ fn patch(
         .map(|o| (200, o))
 }
 
+/// The options of a delete: from a `DeleteOptions` body (kube-rs and kubectl send one), else from
+/// the query (`?propagationPolicy=Foreground`), as a real API server reads them.
 fn delete_options(
     body: &Bytes,
     query: &HashMap<String, String>,
@@ -394,28 +492,40 @@ fn delete_options(
     } else {
         parse_body(body)?
     };
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let policy = doc
+        .get("propagationPolicy")
+        .and_then(text)
+        .or_else(|| query.get("propagationPolicy").cloned());
+    // `orphanDependents` is the deprecated spelling of the orphan policy; kubectl still
+    // understands it, so the server does too.
+    let orphan = doc
+        .get("orphanDependents")
+        .and_then(Value::as_bool)
+        .or_else(|| query.get("orphanDependents").map(|o| o == "true"));
+    let propagation = match (policy, orphan) {
+        (Some(p), _) => p.parse()?,
+        (None, Some(true)) => Propagation::Orphan,
+        (None, _) => Propagation::default(),
+    };
     Ok(DeleteOptions {
-        uid: doc
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        resource_version: doc
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        propagation: doc
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| query.get("propagationPolicy").cloned()),
+        uid: doc.pointer("/preconditions/uid").and_then(text),
+        resource_version: doc.pointer("/preconditions/resourceVersion").and_then(text),
+        propagation,
     })
 }
 
 fn delete_collection(
     store: &Store,
     target: &Target,
+    body: &Bytes,
     query: &HashMap<String, String>,
 ) -> Result<(u16, Value), ApiError> {
+    let opts = DeleteOptions {
+        uid: None,
+        resource_version: None,
+        ..delete_options(body, query)?
+    };
     let (_, listed) = list(store, target, query)?;
     let mut deleted = Vec::new();
     for item in listed["items"].as_array().into_iter().flatten() {
@@ -424,7 +534,7 @@ fn delete_collection(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
-        match store.delete(&target.t, ns, name, &DeleteOptions::default()) {
+        match store.delete(&target.t, ns, name, &opts) {
             Ok(o) => deleted.push(o),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

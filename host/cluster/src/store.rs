@@ -3,7 +3,9 @@
 //! clients rely on: uid and creationTimestamp on create, `AlreadyExists`, optimistic concurrency
 //! (`Conflict` on a stale resourceVersion), spec/status isolation with a status subresource,
 //! `metadata.generation` bumped on spec changes, finalizers and deletionTimestamp, and
-//! ownerReference garbage collection.
+//! ownerReference garbage collection with background, foreground and orphan propagation (done
+//! synchronously under the store's lock, where a real cluster's garbage collector works
+//! asynchronously; watchers see the same sequence of events).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -56,6 +58,12 @@ impl ResourceType {
         }
     }
 
+    /// The type with a short name, as kubectl accepts it (`cm` for configmaps).
+    pub fn short(mut self, name: &str) -> ResourceType {
+        self.short_names.push(name.to_owned());
+        self
+    }
+
     /// `v1` or `group/version`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -74,13 +82,13 @@ impl ResourceType {
 /// The built-in resource types.
 pub fn builtin_types() -> Vec<ResourceType> {
     vec![
-        ResourceType::new("", "v1", "Namespace", "namespaces", false, true),
-        ResourceType::new("", "v1", "Node", "nodes", false, true),
-        ResourceType::new("", "v1", "Pod", "pods", true, true),
-        ResourceType::new("", "v1", "Service", "services", true, true),
-        ResourceType::new("", "v1", "ConfigMap", "configmaps", true, false),
-        ResourceType::new("", "v1", "Event", "events", true, false),
-        ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false),
+        ResourceType::new("", "v1", "Namespace", "namespaces", false, true).short("ns"),
+        ResourceType::new("", "v1", "Node", "nodes", false, true).short("no"),
+        ResourceType::new("", "v1", "Pod", "pods", true, true).short("po"),
+        ResourceType::new("", "v1", "Service", "services", true, true).short("svc"),
+        ResourceType::new("", "v1", "ConfigMap", "configmaps", true, false).short("cm"),
+        ResourceType::new("", "v1", "Event", "events", true, false).short("ev"),
+        ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),
         ResourceType::new(
             "apiextensions.k8s.io",
@@ -136,14 +144,45 @@ pub enum Patch {
     Apply { body: Value, manager: String },
 }
 
+/// What happens to an object's dependents (the objects whose ownerReferences name its uid)
+/// when it is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// The owner goes at once; its dependents are garbage-collected after it.
+    #[default]
+    Background,
+    /// The owner stays, with `deletionTimestamp` and the `foregroundDeletion` finalizer, until
+    /// its dependents that block owner deletion are gone.
+    Foreground,
+    /// The dependents lose their reference to the owner and stay.
+    Orphan,
+}
+
+impl std::str::FromStr for Propagation {
+    type Err = ApiError;
+
+    fn from_str(s: &str) -> Result<Propagation, ApiError> {
+        match s {
+            "Background" => Ok(Propagation::Background),
+            "Foreground" => Ok(Propagation::Foreground),
+            "Orphan" => Ok(Propagation::Orphan),
+            other => Err(ApiError::invalid(format!(
+                "DeleteOptions.propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+            ))),
+        }
+    }
+}
+
 /// Delete options.
 #[derive(Clone, Debug, Default)]
 pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
-    /// `Background` (default), `Foreground` or `Orphan`.
-    pub propagation: Option<String>,
+    pub propagation: Propagation,
 }
+
+/// The finalizer that holds an owner deleted in the foreground until its dependents are gone.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 /// Changes kept for watches that resume from an older resourceVersion.
 const HISTORY: usize = 50_000;
@@ -480,23 +519,25 @@ impl Store {
             // A no-op update does not move the resourceVersion, as on a real server.
             return Ok(current);
         }
+        // The last finalizer of an object being deleted is gone: the object goes.
+        if next.pointer("/metadata/deletionTimestamp").is_some() && !has_finalizers(&next) {
+            return Ok(self.remove(inner, &key, next));
+        }
         inner.rv += 1;
         let rv = inner.rv;
         meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
-        let finalized = next.pointer("/metadata/deletionTimestamp").is_some()
-            && next
-                .pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .is_none_or(|f| f.is_empty());
-        if finalized {
-            inner.objects.remove(&key);
-            self.record(inner, t, &key.1, EventType::Deleted, next.clone());
-            let uid = meta(&next, "uid").unwrap_or_default();
-            self.collect_dependents(inner, &uid, false);
-            return Ok(next);
-        }
         inner.objects.insert(key.clone(), next.clone());
         self.record(inner, t, &key.1, EventType::Modified, next.clone());
+        // A dependent that no longer blocks (or names) an owner in foreground deletion may be
+        // the last thing the owner waited for.
+        if current.pointer("/metadata/ownerReferences") != next.pointer("/metadata/ownerReferences")
+        {
+            for owner in owner_uids(&current) {
+                if let Some(owner_key) = key_of_uid(inner, &owner) {
+                    self.finish_foreground(inner, &owner_key);
+                }
+            }
+        }
         Ok(next)
     }
 
@@ -514,7 +555,7 @@ impl Store {
         let Some(current) = inner.objects.get(&key).cloned() else {
             if let Patch::Apply { body, manager } = patch {
                 drop(inner);
-                let mut body = with_manager(body, &manager);
+                let mut body = with_manager(body.clone(), &manager, &body);
                 meta_mut(&mut body).insert("name".into(), json!(name));
                 return self.create(t, ns, body);
             }
@@ -534,16 +575,16 @@ impl Store {
             }
             Patch::Apply { body, manager } => {
                 json_patch::merge(&mut next, &body);
-                next = with_manager(next, &manager);
+                next = with_manager(next, &manager, &body);
                 false
             }
         };
         self.replace_locked(&mut inner, t, ns, name, next, status_only, check_rv)
     }
 
-    /// Deletes an object: at once, or by setting deletionTimestamp while finalizers remain.
-    /// Dependents (by ownerReference uid) are deleted too unless propagation is `Orphan`;
-    /// with `Foreground` they go first.
+    /// Deletes an object as a real API server and its garbage collector do together: at once,
+    /// or by setting deletionTimestamp while finalizers remain; dependents follow
+    /// `opts.propagation`. Returns the object's last state: gone, or marked for deletion.
     pub fn delete(
         &self,
         t: &ResourceType,
@@ -573,72 +614,183 @@ impl Store {
                 "Precondition failed: resourceVersion mismatch",
             ));
         }
-        let uid = meta(&current, "uid").unwrap_or_default();
-        let propagation = opts.propagation.as_deref().unwrap_or("Background");
-        if propagation == "Foreground" {
-            self.collect_dependents(&mut inner, &uid, true);
-        }
-        let has_finalizers = current
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if has_finalizers {
-            if current.pointer("/metadata/deletionTimestamp").is_some() {
-                return Ok(current);
-            }
-            inner.rv += 1;
-            let rv = inner.rv;
-            let mut next = current;
-            let m = meta_mut(&mut next);
-            m.insert("deletionTimestamp".into(), json!(now()));
-            m.insert("resourceVersion".into(), json!(rv.to_string()));
-            inner.objects.insert(key.clone(), next.clone());
-            self.record(&mut inner, t, &key.1, EventType::Modified, next.clone());
-            return Ok(next);
-        }
-        inner.rv += 1;
-        let rv = inner.rv;
-        let mut gone = inner.objects.remove(&key).expect("checked above");
-        meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
-        self.record(&mut inner, t, &key.1, EventType::Deleted, gone.clone());
-        if propagation != "Orphan" {
-            self.collect_dependents(&mut inner, &uid, false);
-        }
-        Ok(gone)
+        Ok(self.delete_locked(&mut inner, &key, current, opts.propagation))
     }
 
-    /// Deletes every object owned by `uid`, recursively (garbage collection).
-    fn collect_dependents(&self, inner: &mut Inner, uid: &str, _foreground: bool) {
-        if uid.is_empty() {
+    /// Deletes `current`, stored under `key`, and handles its dependents by `propagation`.
+    fn delete_locked(
+        &self,
+        inner: &mut Inner,
+        key: &Key,
+        current: Value,
+        propagation: Propagation,
+    ) -> Value {
+        // Deleting what is already being deleted changes nothing, as on a real server.
+        if current.pointer("/metadata/deletionTimestamp").is_some() {
+            return current;
+        }
+        let uid = meta(&current, "uid").unwrap_or_default();
+        match propagation {
+            Propagation::Foreground => {
+                let marked = self.mark_deleted(inner, key, current, Some(FOREGROUND_FINALIZER));
+                for dependent in dependents(inner, &uid) {
+                    self.collect(inner, &dependent, &uid, Propagation::Foreground);
+                }
+                // With nothing left to wait for, the owner goes now.
+                self.finish_foreground(inner, key);
+                marked
+            }
+            Propagation::Orphan | Propagation::Background => {
+                if propagation == Propagation::Orphan {
+                    self.orphan_dependents(inner, &uid);
+                }
+                if has_finalizers(&current) {
+                    self.mark_deleted(inner, key, current, None)
+                } else {
+                    self.remove(inner, key, current)
+                }
+            }
+        }
+    }
+
+    /// Sets deletionTimestamp (and `finalizer`, if given) on an object that stays for now.
+    fn mark_deleted(
+        &self,
+        inner: &mut Inner,
+        key: &Key,
+        mut obj: Value,
+        finalizer: Option<&str>,
+    ) -> Value {
+        inner.rv += 1;
+        let rv = inner.rv;
+        let m = meta_mut(&mut obj);
+        m.insert("deletionTimestamp".into(), json!(now()));
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        if let Some(f) = finalizer {
+            let list = m.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = list.as_array_mut()
+                && !list.iter().any(|x| x == f)
+            {
+                list.push(json!(f));
+            }
+        }
+        self.store_modified(inner, key, obj.clone());
+        obj
+    }
+
+    /// Stores a changed object and tells the watchers.
+    fn store_modified(&self, inner: &mut Inner, key: &Key, obj: Value) {
+        let Some(t) = inner.types.get(&key.0).cloned() else {
+            return;
+        };
+        inner.objects.insert(key.clone(), obj.clone());
+        self.record(inner, &t, &key.1, EventType::Modified, obj);
+    }
+
+    /// Removes an object now (its last state is `last`), garbage-collects its dependents in
+    /// the background, and lets owners waiting for it in foreground deletion go.
+    fn remove(&self, inner: &mut Inner, key: &Key, mut last: Value) -> Value {
+        inner.rv += 1;
+        let rv = inner.rv;
+        meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        inner.objects.remove(key);
+        if let Some(t) = inner.types.get(&key.0).cloned() {
+            self.record(inner, &t, &key.1, EventType::Deleted, last.clone());
+        }
+        let uid = meta(&last, "uid").unwrap_or_default();
+        for dependent in dependents(inner, &uid) {
+            self.collect(inner, &dependent, &uid, Propagation::Background);
+        }
+        for owner in owner_uids(&last) {
+            if let Some(owner_key) = key_of_uid(inner, &owner) {
+                self.finish_foreground(inner, &owner_key);
+            }
+        }
+        last
+    }
+
+    /// Garbage collection of one dependent of `owner_uid` (gone or being deleted in the
+    /// foreground): deleted with `propagation`, unless another owner still stands, in which
+    /// case it only loses the reference.
+    fn collect(&self, inner: &mut Inner, key: &Key, owner_uid: &str, propagation: Propagation) {
+        let Some(obj) = inner.objects.get(key).cloned() else {
+            return;
+        };
+        let standing = owner_uids(&obj).into_iter().any(|uid| {
+            uid != owner_uid
+                && key_of_uid(inner, &uid).is_some_and(|k| {
+                    inner.objects.get(&k).is_some_and(|o| {
+                        o.pointer("/metadata/deletionTimestamp").is_none()
+                            || !has_finalizer(o, FOREGROUND_FINALIZER)
+                    })
+                })
+        });
+        if standing {
+            self.drop_owner_reference(inner, key, obj, owner_uid);
+        } else {
+            self.delete_locked(inner, key, obj, propagation);
+        }
+    }
+
+    /// Removes the owner's reference from every dependent (orphan deletion).
+    fn orphan_dependents(&self, inner: &mut Inner, owner_uid: &str) {
+        for key in dependents(inner, owner_uid) {
+            if let Some(obj) = inner.objects.get(&key).cloned() {
+                self.drop_owner_reference(inner, &key, obj, owner_uid);
+            }
+        }
+    }
+
+    fn drop_owner_reference(&self, inner: &mut Inner, key: &Key, mut obj: Value, owner_uid: &str) {
+        inner.rv += 1;
+        let rv = inner.rv;
+        let m = meta_mut(&mut obj);
+        if let Some(refs) = m.get_mut("ownerReferences").and_then(Value::as_array_mut) {
+            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+            if refs.is_empty() {
+                m.remove("ownerReferences");
+            }
+        }
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        self.store_modified(inner, key, obj);
+    }
+
+    /// An owner in foreground deletion goes once no dependent blocks it: the
+    /// `foregroundDeletion` finalizer is removed, and with it the object unless other
+    /// finalizers remain.
+    fn finish_foreground(&self, inner: &mut Inner, key: &Key) {
+        let Some(owner) = inner.objects.get(key).cloned() else {
+            return;
+        };
+        if owner.pointer("/metadata/deletionTimestamp").is_none()
+            || !has_finalizer(&owner, FOREGROUND_FINALIZER)
+        {
             return;
         }
-        let dependents: Vec<Key> = inner
-            .objects
-            .iter()
-            .filter(|(_, o)| {
-                o.pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| {
-                        refs.iter()
-                            .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-                    })
+        let uid = meta(&owner, "uid").unwrap_or_default();
+        let blocked = inner.objects.values().any(|o| {
+            owner_references(o).any(|r| {
+                r.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                    && r.get("blockOwnerDeletion") == Some(&Value::Bool(true))
             })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in dependents {
-            let Some(t) = inner.types.get(&key.0).cloned() else {
-                continue;
-            };
-            let Some(obj) = inner.objects.remove(&key) else {
-                continue;
-            };
+        });
+        if blocked {
+            return;
+        }
+        let mut next = owner;
+        if let Some(list) = next
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        {
+            list.retain(|f| f != FOREGROUND_FINALIZER);
+        }
+        if has_finalizers(&next) {
             inner.rv += 1;
             let rv = inner.rv;
-            let mut gone = obj;
-            meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
-            let child_uid = meta(&gone, "uid").unwrap_or_default();
-            self.record(inner, &t, &key.1, EventType::Deleted, gone);
-            self.collect_dependents(inner, &child_uid, false);
+            meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
+            self.store_modified(inner, key, next);
+        } else {
+            self.remove(inner, key, next);
         }
     }
 
@@ -700,16 +852,108 @@ impl Store {
     }
 }
 
-fn with_manager(mut obj: Value, manager: &str) -> Value {
+fn owner_references(obj: &Value) -> impl Iterator<Item = &Value> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn owner_uids(obj: &Value) -> Vec<String> {
+    owner_references(obj)
+        .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+/// The objects whose ownerReferences name `uid`.
+fn dependents(inner: &Inner, uid: &str) -> Vec<Key> {
+    if uid.is_empty() {
+        return Vec::new();
+    }
+    inner
+        .objects
+        .iter()
+        .filter(|(_, o)| {
+            owner_references(o).any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Where the object with `uid` is stored, if it still is.
+fn key_of_uid(inner: &Inner, uid: &str) -> Option<Key> {
+    inner
+        .objects
+        .iter()
+        .find(|(_, o)| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
+        .map(|(k, _)| k.clone())
+}
+
+/// Records `manager` as the owner of the fields of its applied configuration.
+fn with_manager(mut obj: Value, manager: &str, applied: &Value) -> Value {
+    let api_version = obj.get("apiVersion").cloned().unwrap_or(json!("v1"));
+    // kubectl reads the field sets of Apply entries (to take over client-side apply's
+    // annotation) and fails on an entry without one.
+    let entry = json!({"manager": manager, "operation": "Apply", "apiVersion": api_version,
+        "time": now(), "fieldsType": "FieldsV1", "fieldsV1": applied_fields(applied)});
     let m = meta_mut(&mut obj);
-    let entry =
-        json!({"manager": manager, "operation": "Apply", "apiVersion": "v1", "time": now()});
     let fields = m.entry("managedFields").or_insert_with(|| json!([]));
     if let Some(list) = fields.as_array_mut() {
         list.retain(|f| f.get("manager").and_then(Value::as_str) != Some(manager));
         list.push(entry);
     }
     obj
+}
+
+/// The fields an applied configuration sets, as a `FieldsV1` set (`{"f:spec": {"f:replicas":
+/// {}}}`). Lists count as one field each: the store knows no list keys, and for a client an
+/// atomic list is a valid reading.
+fn applied_fields(applied: &Value) -> Value {
+    const SERVER_OWNED: [&str; 7] = [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+    ];
+    fn set(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                Value::Object(m.iter().map(|(k, v)| (format!("f:{k}"), set(v))).collect())
+            }
+            _ => json!({}),
+        }
+    }
+    let mut fields = Map::new();
+    for (k, v) in applied.as_object().into_iter().flatten() {
+        let value = match k.as_str() {
+            "apiVersion" | "kind" => continue,
+            "metadata" => {
+                let mut meta = v.clone();
+                if let Some(m) = meta.as_object_mut() {
+                    m.retain(|k, _| !SERVER_OWNED.contains(&k.as_str()));
+                }
+                set(&meta)
+            }
+            _ => set(v),
+        };
+        fields.insert(format!("f:{k}"), value);
+    }
+    Value::Object(fields)
 }
 
 #[cfg(test)]
@@ -835,5 +1079,185 @@ mod tests {
             s.watch(&t.key(), None, 0).is_err(),
             "older than the history"
         );
+    }
+
+    /// Creates a pod owned by `owners` (each with its blockOwnerDeletion) holding `finalizers`.
+    fn owned(s: &Store, name: &str, owners: &[(&Value, bool)], finalizers: &[&str]) -> Value {
+        let mut p = pod(name);
+        p["metadata"]["ownerReferences"] = owners
+            .iter()
+            .map(|(o, block)| {
+                json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"],
+                    "uid": o["metadata"]["uid"], "blockOwnerDeletion": block})
+            })
+            .collect();
+        p["metadata"]["finalizers"] = json!(finalizers);
+        s.create(&pods(s), Some("ns"), p).unwrap()
+    }
+
+    fn config_map(s: &Store, name: &str) -> Value {
+        let cm = s.resource("", "configmaps").unwrap();
+        s.create(&cm, Some("ns"), json!({"metadata": {"name": name}}))
+            .unwrap()
+    }
+
+    fn exists(s: &Store, plural: &str, name: &str) -> bool {
+        s.get(&s.resource("", plural).unwrap(), Some("ns"), name)
+            .is_ok()
+    }
+
+    fn delete_with(s: &Store, name: &str, propagation: Propagation) -> Value {
+        let cm = s.resource("", "configmaps").unwrap();
+        let opts = DeleteOptions {
+            propagation,
+            ..DeleteOptions::default()
+        };
+        s.delete(&cm, Some("ns"), name, &opts).unwrap()
+    }
+
+    #[test]
+    fn foreground_deletion_waits_for_blocking_dependents() {
+        let s = Store::new();
+        let t = pods(&s);
+        let owner = config_map(&s, "owner");
+        owned(&s, "held", &[(&owner, true)], &["hold"]);
+        let child = owned(&s, "child", &[(&owner, true)], &[]);
+        owned(&s, "grandchild", &[(&child, true)], &[]);
+        let start = s.resource_version();
+
+        let marked = delete_with(&s, "owner", Propagation::Foreground);
+        assert!(marked["metadata"]["deletionTimestamp"].is_string());
+        assert_eq!(
+            marked["metadata"]["finalizers"],
+            json!([FOREGROUND_FINALIZER])
+        );
+        assert!(
+            exists(&s, "configmaps", "owner"),
+            "a blocking dependent remains"
+        );
+        assert!(!exists(&s, "pods", "child") && !exists(&s, "pods", "grandchild"));
+        let held = s.get(&t, Some("ns"), "held").unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+
+        s.patch(
+            &t,
+            Some("ns"),
+            "held",
+            Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            false,
+        )
+        .unwrap();
+        assert!(!exists(&s, "pods", "held"));
+        assert!(!exists(&s, "configmaps", "owner"), "the last blocker went");
+
+        let cm = s.resource("", "configmaps").unwrap();
+        let (events, _) = s.watch(&cm.key(), Some("ns"), start).unwrap();
+        let seen: Vec<_> = events.iter().map(|e| e.type_).collect();
+        assert_eq!(seen, vec![EventType::Modified, EventType::Deleted]);
+        assert!(events[0].object["metadata"]["deletionTimestamp"].is_string());
+    }
+
+    #[test]
+    fn a_dependent_that_stops_blocking_releases_its_owner() {
+        let s = Store::new();
+        let owner = config_map(&s, "owner");
+        owned(&s, "held", &[(&owner, true)], &["hold"]);
+        delete_with(&s, "owner", Propagation::Foreground);
+        assert!(exists(&s, "configmaps", "owner"));
+        s.patch(
+            &pods(&s),
+            Some("ns"),
+            "held",
+            Patch::Json(
+                serde_json::from_value(json!([{"op": "replace",
+                    "path": "/metadata/ownerReferences/0/blockOwnerDeletion", "value": false}]))
+                .unwrap(),
+            ),
+            false,
+        )
+        .unwrap();
+        assert!(!exists(&s, "configmaps", "owner"));
+        assert!(
+            exists(&s, "pods", "held"),
+            "its own finalizer still holds it"
+        );
+    }
+
+    #[test]
+    fn foreground_deletion_without_blockers_ends_at_once() {
+        let s = Store::new();
+        let owner = config_map(&s, "owner");
+        owned(&s, "loose", &[(&owner, false)], &["hold"]);
+        owned(&s, "gone", &[(&owner, true)], &[]);
+        let second = config_map(&s, "second");
+        delete_with(&s, "owner", Propagation::Foreground);
+        assert!(!exists(&s, "configmaps", "owner"));
+        assert!(!exists(&s, "pods", "gone"));
+        let loose = s.get(&pods(&s), Some("ns"), "loose").unwrap();
+        assert!(
+            loose["metadata"]["deletionTimestamp"].is_string(),
+            "non-blocking dependents are deleted too, without holding the owner"
+        );
+        // No dependents at all: the owner goes right away.
+        delete_with(&s, "second", Propagation::Foreground);
+        assert!(!exists(&s, "configmaps", "second"));
+        assert!(second["metadata"]["uid"].is_string());
+    }
+
+    #[test]
+    fn orphan_deletion_keeps_dependents_without_the_reference() {
+        let s = Store::new();
+        let t = pods(&s);
+        let owner = config_map(&s, "owner");
+        let other = config_map(&s, "other");
+        owned(&s, "only", &[(&owner, true)], &[]);
+        owned(&s, "shared", &[(&owner, true), (&other, false)], &[]);
+        delete_with(&s, "owner", Propagation::Orphan);
+        assert!(!exists(&s, "configmaps", "owner"));
+        let only = s.get(&t, Some("ns"), "only").unwrap();
+        assert!(only["metadata"].get("ownerReferences").is_none(), "{only}");
+        let shared = s.get(&t, Some("ns"), "shared").unwrap();
+        assert_eq!(shared["metadata"]["ownerReferences"][0]["name"], "other");
+        assert_eq!(
+            shared["metadata"]["ownerReferences"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn background_deletion_spares_dependents_with_another_owner() {
+        let s = Store::new();
+        let t = pods(&s);
+        let a = config_map(&s, "a");
+        let b = config_map(&s, "b");
+        owned(&s, "shared", &[(&a, true), (&b, true)], &[]);
+        owned(&s, "held", &[(&a, true)], &["hold"]);
+        delete_with(&s, "a", Propagation::Background);
+        assert!(!exists(&s, "configmaps", "a"), "the owner goes first");
+        let shared = s.get(&t, Some("ns"), "shared").unwrap();
+        assert_eq!(shared["metadata"]["ownerReferences"][0]["name"], "b");
+        let held = s.get(&t, Some("ns"), "held").unwrap();
+        assert!(
+            held["metadata"]["deletionTimestamp"].is_string(),
+            "garbage collection respects the dependent's finalizers"
+        );
+        delete_with(&s, "b", Propagation::Background);
+        assert!(!exists(&s, "pods", "shared"));
+    }
+
+    #[test]
+    fn propagation_policies_parse_by_their_api_names() {
+        assert_eq!(
+            "Orphan".parse::<Propagation>().unwrap(),
+            Propagation::Orphan
+        );
+        assert_eq!(
+            "Foreground".parse::<Propagation>().unwrap(),
+            Propagation::Foreground
+        );
+        assert_eq!("orphan".parse::<Propagation>().unwrap_err().code, 422);
     }
 }

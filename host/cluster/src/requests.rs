@@ -1,0 +1,378 @@
+//! Request accounting: what each API request is (verb and resource, as Kubernetes RBAC names
+//! them) and counters of requests by verb, resource, status class and client.
+//!
+//! Benchmarks need to know how many writes the operator itself made, apart from the test's own
+//! requests to set up and observe the cluster. Every client announces itself in `User-Agent`
+//! (`kubectl/v1.32.4 (linux/amd64) ...`, or whatever a kube-rs client sets), so requests are also
+//! counted per agent: the product token before the first `/` or space. A client that sends no
+//! `User-Agent` (kube-rs sends none unless configured) is counted as `unknown`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use serde::{Deserialize, Serialize};
+
+/// An API verb, as Kubernetes names it in RBAC rules and audit logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    Deletecollection,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::Deletecollection => "deletecollection",
+        }
+    }
+
+    /// Whether the verb changes objects (status writes are updates and patches too).
+    pub fn is_write(self) -> bool {
+        !matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a resource request addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub verb: Verb,
+    /// The resource's plural (`pods`, `tfjobs`), with the subresource when there is one
+    /// (`pods/status`).
+    pub resource: String,
+}
+
+impl RequestInfo {
+    /// The resource without its subresource: `pods` for `pods/status`.
+    pub fn plural(&self) -> &str {
+        self.resource
+            .split_once('/')
+            .map_or(self.resource.as_str(), |(p, _)| p)
+    }
+}
+
+/// Classifies a request by its method and path. `None` for everything that is not a resource
+/// request: health checks, `/version`, discovery (`/api`, `/apis`, `/apis/<group>/<version>`),
+/// OpenAPI documents and the `/debug` endpoints.
+pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] | ["apis", _, _version, rest @ ..] if !rest.is_empty() => rest,
+        _ => return None,
+    };
+    // `namespaces/<ns>/<plural>/...` addresses a namespaced resource; shorter paths under
+    // `namespaces` address namespaces themselves.
+    let (plural, name, sub) = match rest {
+        ["namespaces", _ns, plural, tail @ ..] if *plural != "status" || !tail.is_empty() => {
+            (*plural, tail.first().copied(), tail.get(1).copied())
+        }
+        [plural, tail @ ..] => (*plural, tail.first().copied(), tail.get(1).copied()),
+        [] => return None,
+    };
+    let watch = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let verb = match (method, name) {
+        (&Method::GET, Some(_)) => Verb::Get,
+        (&Method::GET, None) if watch => Verb::Watch,
+        (&Method::GET, None) => Verb::List,
+        (&Method::POST, _) => Verb::Create,
+        (&Method::PUT, _) => Verb::Update,
+        (&Method::PATCH, _) => Verb::Patch,
+        (&Method::DELETE, Some(_)) => Verb::Delete,
+        (&Method::DELETE, None) => Verb::Deletecollection,
+        _ => return None,
+    };
+    let resource = match sub {
+        Some(sub) => format!("{plural}/{sub}"),
+        None => plural.to_owned(),
+    };
+    Some(RequestInfo { verb, resource })
+}
+
+/// The client of a request: the product token of its `User-Agent`.
+pub fn agent(headers: &HeaderMap) -> String {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split(['/', ' ']).next())
+        .filter(|a| !a.is_empty())
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+/// `2xx`, `4xx`, `5xx`, ...
+fn status_class(status: StatusCode) -> String {
+    format!("{}xx", status.as_u16() / 100)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    verb: Verb,
+    resource: String,
+    class: String,
+    agent: String,
+}
+
+/// Counters of the requests a server answered. Cheap to clone: clones share the counters.
+#[derive(Clone, Debug, Default)]
+pub struct RequestStats {
+    counts: Arc<Mutex<BTreeMap<Key, u64>>>,
+}
+
+/// Requests of one verb, resource and status class.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestCount {
+    pub verb: Verb,
+    pub resource: String,
+    /// `2xx`, `4xx`, `5xx`.
+    pub class: String,
+    pub count: u64,
+}
+
+/// Requests of one client, verb and resource.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCount {
+    pub agent: String,
+    pub verb: Verb,
+    pub resource: String,
+    pub count: u64,
+}
+
+/// The counters at one moment, in two views.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestSnapshot {
+    /// By verb, resource and status class, over all clients.
+    pub requests: Vec<RequestCount>,
+    /// By client, verb and resource, over all status classes.
+    pub agents: Vec<AgentCount>,
+}
+
+impl RequestSnapshot {
+    /// Requests of `verb` on `resource` (`pods`, or `pods/status` for the subresource alone),
+    /// whatever their outcome.
+    pub fn count(&self, verb: Verb, resource: &str) -> u64 {
+        self.requests
+            .iter()
+            .filter(|c| c.verb == verb && c.resource == resource)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Requests of `verb` on `resource` answered with a status of `class` (`2xx`, `5xx`, ...).
+    pub fn count_class(&self, verb: Verb, resource: &str, class: &str) -> u64 {
+        self.requests
+            .iter()
+            .filter(|c| c.verb == verb && c.resource == resource && c.class == class)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Requests of `verb` by `agent`, on any resource.
+    pub fn by_agent(&self, agent: &str, verb: Verb) -> u64 {
+        self.agents
+            .iter()
+            .filter(|c| c.agent == agent && c.verb == verb)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Writes (create, update, patch, delete, deletecollection, status writes included) by
+    /// `agent`.
+    pub fn writes_by(&self, agent: &str) -> u64 {
+        self.agents
+            .iter()
+            .filter(|c| c.agent == agent && c.verb.is_write())
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Every counted request.
+    pub fn total(&self) -> u64 {
+        self.requests.iter().map(|c| c.count).sum()
+    }
+}
+
+impl RequestStats {
+    pub fn new() -> RequestStats {
+        RequestStats::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, u64>> {
+        // A panic elsewhere while counting leaves consistent counters; keep counting.
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts one answered request.
+    pub fn record(&self, info: &RequestInfo, agent: &str, status: StatusCode) {
+        let key = Key {
+            verb: info.verb,
+            resource: info.resource.clone(),
+            class: status_class(status),
+            agent: agent.to_owned(),
+        };
+        *self.lock().entry(key).or_default() += 1;
+    }
+
+    /// Forgets every count (a benchmark resets after its setup).
+    pub fn reset(&self) {
+        self.lock().clear();
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> RequestSnapshot {
+        let counts = self.lock().clone();
+        let mut requests: BTreeMap<(Verb, String, String), u64> = BTreeMap::new();
+        let mut agents: BTreeMap<(String, Verb, String), u64> = BTreeMap::new();
+        for (k, n) in counts {
+            *requests
+                .entry((k.verb, k.resource.clone(), k.class))
+                .or_default() += n;
+            *agents.entry((k.agent, k.verb, k.resource)).or_default() += n;
+        }
+        RequestSnapshot {
+            requests: requests
+                .into_iter()
+                .map(|((verb, resource, class), count)| RequestCount {
+                    verb,
+                    resource,
+                    class,
+                    count,
+                })
+                .collect(),
+            agents: agents
+                .into_iter()
+                .map(|((agent, verb, resource), count)| AgentCount {
+                    agent,
+                    verb,
+                    resource,
+                    count,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: Method, uri: &str) -> Option<(Verb, String)> {
+        classify(&method, &uri.parse().unwrap()).map(|i| (i.verb, i.resource))
+    }
+
+    #[test]
+    fn requests_are_classified_as_rbac_names_them() {
+        let v = |verb, r: &str| Some((verb, r.to_owned()));
+        assert_eq!(
+            info(Method::GET, "/api/v1/namespaces/ns/pods"),
+            v(Verb::List, "pods")
+        );
+        assert_eq!(
+            info(Method::GET, "/api/v1/pods?watch=true&resourceVersion=3"),
+            v(Verb::Watch, "pods")
+        );
+        assert_eq!(
+            info(Method::GET, "/api/v1/namespaces/ns/pods/a"),
+            v(Verb::Get, "pods")
+        );
+        assert_eq!(
+            info(
+                Method::PUT,
+                "/apis/kubeflow.org/v1/namespaces/ns/tfjobs/j/status"
+            ),
+            v(Verb::Update, "tfjobs/status")
+        );
+        assert_eq!(
+            info(Method::POST, "/api/v1/namespaces"),
+            v(Verb::Create, "namespaces")
+        );
+        assert_eq!(
+            info(Method::DELETE, "/api/v1/namespaces/ns"),
+            v(Verb::Delete, "namespaces")
+        );
+        assert_eq!(
+            info(Method::PATCH, "/api/v1/namespaces/ns/status"),
+            v(Verb::Patch, "namespaces/status")
+        );
+        assert_eq!(
+            info(Method::DELETE, "/api/v1/namespaces/ns/configmaps"),
+            v(Verb::Deletecollection, "configmaps")
+        );
+        for path in [
+            "/api",
+            "/api/v1",
+            "/apis",
+            "/apis/kubeflow.org/v1",
+            "/healthz",
+            "/version",
+            "/openapi/v3",
+            "/debug/faults",
+        ] {
+            assert_eq!(info(Method::GET, path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn agents_are_product_tokens() {
+        let mut h = HeaderMap::new();
+        assert_eq!(agent(&h), "unknown");
+        h.insert(
+            header::USER_AGENT,
+            "kubectl/v1.32.4 (linux/amd64) kubernetes/abc"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(agent(&h), "kubectl");
+    }
+
+    #[test]
+    fn snapshots_sum_by_view() {
+        let s = RequestStats::new();
+        let create = RequestInfo {
+            verb: Verb::Create,
+            resource: "pods".into(),
+        };
+        let status = RequestInfo {
+            verb: Verb::Patch,
+            resource: "tfjobs/status".into(),
+        };
+        s.record(&create, "op", StatusCode::CREATED);
+        s.record(&create, "op", StatusCode::INTERNAL_SERVER_ERROR);
+        s.record(&status, "op", StatusCode::OK);
+        s.record(&create, "test", StatusCode::CREATED);
+        let snap = s.snapshot();
+        assert_eq!(snap.count(Verb::Create, "pods"), 3);
+        assert_eq!(snap.count_class(Verb::Create, "pods", "5xx"), 1);
+        assert_eq!(snap.writes_by("op"), 3);
+        assert_eq!(snap.by_agent("test", Verb::Create), 1);
+        assert_eq!(snap.total(), 4);
+        s.reset();
+        assert_eq!(s.snapshot().total(), 0);
+    }
+}
