@@ -38,7 +38,9 @@ fn cluster() -> Cluster {
     let kubeconfig = dir.path().join("kubeconfig");
     let policies = Policies::load(&Default::default(), SandboxLimits::default()).unwrap();
     let cluster = runtime
-        .block_on(EmbeddedCluster::start(ClusterOptions::new(policies.seam())))
+        .block_on(EmbeddedCluster::start(ClusterOptions::new(
+            std::sync::Arc::new(policies),
+        )))
         .unwrap();
     cluster.write_kubeconfig(&kubeconfig).unwrap();
     Cluster {

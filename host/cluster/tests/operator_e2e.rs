@@ -55,6 +55,7 @@ async fn start() -> Env {
         settings: Default::default(),
         policies: Arc::new(NativePolicies::default()),
         instance: None,
+        metrics: Default::default(),
     };
     let operator = tokio::spawn(tfjob_controller::run(client.clone(), config, async {
         let _ = rx.await;

@@ -45,6 +45,9 @@ pub struct Config {
     pub policies: Arc<dyn PodPolicies>,
     /// Name of this operator instance in events (e.g. the pod name).
     pub instance: Option<String>,
+    /// Metrics of the operator's other parts (the policies'); the controller adds its own and
+    /// serves them all on `metrics_addr`.
+    pub metrics: Registry,
 }
 
 /// Runs the controller until `shutdown` resolves, then finishes the reconciles in flight.
@@ -78,7 +81,7 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
 
-    let mut registry = Registry::default();
+    let mut registry = config.metrics;
     let metrics = metrics::Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));
     let reporter = Reporter {

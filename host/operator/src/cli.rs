@@ -88,4 +88,12 @@ pub struct RunArgs {
     pub log_json: bool,
     #[command(flatten)]
     pub policies: crate::policy_setup::PolicyArgs,
+    #[command(flatten)]
+    pub sources: crate::policy_setup::PolicySourceArgs,
+}
+
+impl RunArgs {
+    pub fn policy_namespaces(&self) -> Vec<String> {
+        self.sources.namespaces()
+    }
 }

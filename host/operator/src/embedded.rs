@@ -14,9 +14,11 @@ use std::time::Duration;
 use kube::{Client, Config};
 use tfjob_cluster::Store;
 use tfjob_cluster::kubelet::KubeletConfig;
-use tfjob_planner::PodPolicies;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::operator::OperatorConfig;
+use crate::policy_setup::Policies;
 
 /// What to start.
 pub struct ClusterOptions {
@@ -28,19 +30,23 @@ pub struct ClusterOptions {
     pub kubelet: KubeletConfig,
     /// Concurrent reconciles of the operator.
     pub threads: u16,
-    /// The operator's pod policies.
-    pub policies: Arc<dyn PodPolicies>,
+    /// The operator's built-in policies and engine.
+    pub policies: Arc<Policies>,
+    /// Namespaces whose labelled ConfigMaps are policies (empty: none).
+    pub policy_namespaces: Vec<String>,
 }
 
 impl ClusterOptions {
-    /// A cluster on a free port, in memory, with the default kubelet and these policies.
-    pub fn new(policies: Arc<dyn PodPolicies>) -> ClusterOptions {
+    /// A cluster on a free port, in memory, with the default kubelet, these policies and
+    /// ConfigMap policies from `tfjob-system`.
+    pub fn new(policies: Arc<Policies>) -> ClusterOptions {
         ClusterOptions {
             port: 0,
             state: None,
             kubelet: KubeletConfig::default(),
             threads: 4,
             policies,
+            policy_namespaces: vec!["tfjob-system".to_owned()],
         }
     }
 }
@@ -80,7 +86,8 @@ pub struct EmbeddedCluster {
     server: JoinHandle<()>,
     operator: Option<Operator>,
     threads: u16,
-    policies: Arc<dyn PodPolicies>,
+    policies: Arc<Policies>,
+    policy_namespaces: Vec<String>,
 }
 
 impl EmbeddedCluster {
@@ -121,6 +128,7 @@ impl EmbeddedCluster {
             operator: None,
             threads: options.threads,
             policies: options.policies,
+            policy_namespaces: options.policy_namespaces,
         };
         cluster.start_operator();
         Ok(cluster)
@@ -163,21 +171,20 @@ impl EmbeddedCluster {
             return;
         }
         let (stop, mut stopped) = watch::channel(false);
-        let config = tfjob_controller::Config {
-            namespace: None,
+        let config = OperatorConfig {
             threads: self.threads,
-            metrics_addr: None,
-            settings: Default::default(),
-            policies: Arc::clone(&self.policies),
             instance: Some("embedded".into()),
+            policy_namespaces: self.policy_namespaces.clone(),
+            ..OperatorConfig::default()
         };
-        let task = tokio::spawn(tfjob_controller::run(
-            self.client.clone(),
-            config,
-            async move {
+        let client = self.client.clone();
+        let policies = Arc::clone(&self.policies);
+        let task = tokio::spawn(async move {
+            crate::operator::run(client, config, &policies, async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
-            },
-        ));
+            })
+            .await
+        });
         self.operator = Some(Operator { stop, task });
     }
 

@@ -1,7 +1,9 @@
 //! The library half of `tfjob-operator`: what the binary's subcommands share with the
 //! end-to-end tests. [`policy_setup`] assembles the policies from the operator's flags;
+//! [`operator`] runs the operator (policy ConfigMap sync and controller) against any cluster;
 //! [`embedded`] starts a whole cluster in one process (API server, simulated kubelet, CRD with
 //! admission, policies and the operator), as `tfjob-operator up` and the test suites use it.
 
 pub mod embedded;
+pub mod operator;
 pub mod policy_setup;

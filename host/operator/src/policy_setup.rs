@@ -10,7 +10,7 @@ use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
 use tfjob_policy_engine::{
-    PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
+    ActivePolicy, PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
 };
 
 /// Flags that choose the policies.
@@ -24,10 +24,38 @@ pub struct PolicyArgs {
     pub policy_config: Option<PathBuf>,
 }
 
+/// Where ConfigMap policies come from.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PolicySourceArgs {
+    /// Namespace whose ConfigMaps labelled `policy.tfjob.dev/policy=true` are policies;
+    /// repeatable [default: the operator's namespace ($POD_NAMESPACE), else tfjob-system].
+    #[arg(long = "policy-namespace", value_name = "NS")]
+    pub policy_namespaces: Vec<String>,
+    /// Take no policies from ConfigMaps.
+    #[arg(long, conflicts_with = "policy_namespaces")]
+    pub no_configmap_policies: bool,
+}
+
+impl PolicySourceArgs {
+    /// The policy namespaces to watch (empty when ConfigMap policies are off).
+    pub fn namespaces(&self) -> Vec<String> {
+        if self.no_configmap_policies {
+            Vec::new()
+        } else if self.policy_namespaces.is_empty() {
+            vec![crate::operator::default_policy_namespace()]
+        } else {
+            self.policy_namespaces.clone()
+        }
+    }
+}
+
 /// The engine and the registry behind the operator's policies.
 pub struct Policies {
     pub engine: Arc<PolicyEngine>,
     pub registry: Arc<Registry>,
+    /// The built-in policies (defaults with `--policy-config`, plus `--policy-dir`), which
+    /// ConfigMap policies of the same name replace while they serve.
+    pub builtin: Vec<Arc<ActivePolicy>>,
 }
 
 impl Policies {
@@ -48,8 +76,14 @@ impl Policies {
         if let Some(dir) = &args.policy_dir {
             active.extend(load_policy_dir(&engine, dir)?);
         }
-        let registry = Arc::new(Registry::new(PolicySet::new(active)));
-        Ok(Policies { engine, registry })
+        let set = PolicySet::new(active);
+        let builtin = set.all().to_vec();
+        let registry = Arc::new(Registry::new(set));
+        Ok(Policies {
+            engine,
+            registry,
+            builtin,
+        })
     }
 
     /// The planner's seam over these policies.

@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::RunArgs;
 use crate::policy_setup::Policies;
+use tfjob_operator::operator::OperatorConfig;
 
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
@@ -27,17 +28,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let client = client(&args).await?;
-    let config = tfjob_controller::Config {
+    let config = OperatorConfig {
         namespace: args.namespace.clone(),
         threads: args.threads,
         metrics_addr: Some(args.metrics_addr),
         settings: Settings {
             cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
         },
-        policies: policies.seam(),
         instance: std::env::var("POD_NAME").ok(),
+        policy_namespaces: args.policy_namespaces(),
     };
-    tfjob_controller::run(client, config, shutdown_signal())
+    tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await
         .context("running the controller")
 }

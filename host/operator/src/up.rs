@@ -13,7 +13,7 @@ use tfjob_policy_engine::SandboxLimits;
 
 use crate::embedded::{ClusterOptions, EmbeddedCluster};
 
-use crate::policy_setup::{Policies, PolicyArgs};
+use crate::policy_setup::{Policies, PolicyArgs, PolicySourceArgs};
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -47,6 +47,8 @@ pub struct UpArgs {
     pub examples: PathBuf,
     #[command(flatten)]
     pub policies: PolicyArgs,
+    #[command(flatten)]
+    pub sources: PolicySourceArgs,
 }
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
@@ -74,7 +76,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         threads: args.threads,
-        policies: policies.seam(),
+        policies: Arc::new(policies),
+        policy_namespaces: args.sources.namespaces(),
     })
     .await?;
     cluster

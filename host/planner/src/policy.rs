@@ -129,6 +129,8 @@ pub enum PolicyErrorCategory {
     GuardViolation,
     Link,
     Settings,
+    /// The policy is configured but never loaded (its ConfigMap was rejected).
+    Unavailable,
 }
 
 impl PolicyErrorCategory {
@@ -141,6 +143,7 @@ impl PolicyErrorCategory {
             PolicyErrorCategory::GuardViolation => "guard-violation",
             PolicyErrorCategory::Link => "link",
             PolicyErrorCategory::Settings => "settings",
+            PolicyErrorCategory::Unavailable => "unavailable",
         }
     }
 }

@@ -11,8 +11,8 @@ use pretty_assertions::assert_eq;
 use tfjob_api::JobConditionType::{Failed, Restarting, Running, Succeeded};
 use tfjob_planner::policy::{FailureKind, PolicyErrorCategory, VerdictPhase};
 use tfjob_planner::{
-    DeletionCause, Plan, PlanError, PlanInput, PodContext, PodPolicies, PolicyError, Settings,
-    PolicyNote, ShapedPod, Verdict, plan,
+    DeletionCause, Plan, PlanError, PlanInput, PodContext, PodPolicies, PolicyError, PolicyNote,
+    Settings, ShapedPod, Verdict, plan,
 };
 
 /// A classification policy that answers one verdict, or fails.

@@ -130,6 +130,18 @@ pub struct PolicySource {
     pub digest: String,
 }
 
+/// The manifest alone, when it reads and validates, whatever the state of the module: a
+/// policy whose module fails to load is still known by name, hooks and selector, so the jobs
+/// it would select can be told.
+pub fn read_manifest(cm: &ConfigMap) -> Option<PolicyManifest> {
+    let text = cm.data.as_ref()?.get(MANIFEST_KEY)?;
+    let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
+    let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
+    let manifest = PolicyManifest::from_yaml(text, default_name).ok()?;
+    manifest.validate().ok()?;
+    Some(manifest)
+}
+
 /// Reads a policy ConfigMap: checks its size, finds the module and the manifest, decompresses
 /// the module, parses and checks the manifest, digests the module and checks the digest against
 /// the manifest's `sha256` pin. Compiling is left to [`load`].

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod guard;
 pub mod local;
+pub mod metrics;
 mod sandbox;
 
 pub use config::{CallLimits, LimitError, SandboxLimits};
@@ -24,6 +25,7 @@ pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
 
+pub use metrics::PolicyMetrics;
 pub use policies::{APPLIED_ANNOTATION, WasmPolicies};
 pub use registry::{
     ActivationError, ActivePolicy, FailurePolicy, JobSelector, LabelExpression, ManifestError,

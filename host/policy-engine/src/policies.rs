@@ -5,21 +5,27 @@
 //! the pod. `classify` asks the classification policies in order. Only `Enforce` policies whose
 //! selector matches the job take part, each call within the policy's own deadline and memory
 //! cap. A failing policy follows its failure policy: `Fail` stops the reconcile, `Ignore` skips
-//! it for that pod.
+//! it for that pod; a configured policy that never loaded is treated the same way.
+//!
+//! `Shadow` policies run beside the enforced ones on the same inputs (the input their enforced
+//! namesake saw, or the final pod when there is none) and never change the pod or the verdict;
+//! every difference becomes a note (an event on the job) and a metric.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use tfjob_planner::native::NativePolicies;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
-use tfjob_planner::{PodContext, PodPolicies, PolicyError, ShapedPod, Verdict};
+use tfjob_planner::{PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict};
 
 use crate::bindings;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::guard;
-use crate::registry::{ActivePolicy, FailurePolicy, Registry};
+use crate::metrics::PolicyMetrics;
+use crate::registry::{ActivePolicy, FailurePolicy, PolicySet, Registry};
 
 /// Annotation listing the policies (`name@short-digest`, comma-separated) that shaped a pod.
 pub const APPLIED_ANNOTATION: &str = "policy.tfjob.dev/policies";
@@ -28,6 +34,7 @@ pub const APPLIED_ANNOTATION: &str = "policy.tfjob.dev/policies";
 pub struct WasmPolicies {
     engine: Arc<PolicyEngine>,
     registry: Arc<Registry>,
+    metrics: Option<PolicyMetrics>,
     /// Used only when every classification policy failed under `Ignore`, so a pod is never
     /// left unclassified.
     fallback: NativePolicies,
@@ -38,8 +45,15 @@ impl WasmPolicies {
         WasmPolicies {
             engine,
             registry,
+            metrics: None,
             fallback: NativePolicies::default(),
         }
+    }
+
+    /// Records every evaluation in `metrics`.
+    pub fn with_metrics(mut self, metrics: PolicyMetrics) -> WasmPolicies {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -173,10 +187,205 @@ impl WasmPolicies {
     }
 }
 
+/// The enforced pipeline's input and output at one policy, for comparing a shadow of the same
+/// name on the same input.
+struct Step {
+    name: String,
+    input: serde_json::Value,
+    output: serde_json::Value,
+}
+
+impl WasmPolicies {
+    /// Runs one evaluation of `p`, recording its metrics.
+    fn measured<T>(
+        &self,
+        p: &ActivePolicy,
+        hook: Hook,
+        eval: impl FnOnce() -> Result<T, EvalError>,
+    ) -> Result<T, EvalError> {
+        let started = Instant::now();
+        let result = eval();
+        if let Some(m) = &self.metrics {
+            let error = result.as_ref().err().map(|e| e.category);
+            m.evaluated(p.name(), hook, p.manifest.mode, started.elapsed(), error);
+        }
+        result
+    }
+
+    /// Fails (under `Fail`) or notes (under `Ignore`) the configured policies that never loaded
+    /// and would run for `hook` on this job.
+    fn check_unavailable(
+        set: &PolicySet,
+        hook: Hook,
+        ctx: &PodContext,
+        notes: &mut Vec<PolicyNote>,
+    ) -> Result<(), PolicyError> {
+        for u in set.unavailable_for(hook, &ctx.namespace, &ctx.job_labels) {
+            let message = format!(
+                "policy {} from {} is configured but not loaded: {}",
+                u.manifest.name, u.source, u.error
+            );
+            if u.manifest.failure_policy == FailurePolicy::Fail {
+                return Err(PolicyError {
+                    policy: u.manifest.name.clone(),
+                    category: Category::Unavailable,
+                    message: format!("{message}; waiting for a version that loads"),
+                });
+            }
+            notes.push(PolicyNote {
+                policy: u.manifest.name.clone(),
+                reason: "PolicyNotLoaded".into(),
+                message: format!("{message}; ignored as configured"),
+                warning: true,
+                key: format!("unavailable/{hook}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Evaluates the shadow policies of a shaping hook on the inputs their enforced namesakes
+    /// saw (or, without one, on the final pod) and notes every difference.
+    fn shadow_shaping(
+        &self,
+        set: &PolicySet,
+        hook: Hook,
+        (ctx, wit_ctx): (&PodContext, &bindings::JobContext),
+        steps: &[Step],
+        current: &serde_json::Value,
+        notes: &mut Vec<PolicyNote>,
+    ) {
+        for p in set.shadowing(hook, &ctx.namespace, &ctx.job_labels) {
+            let (input, expected) = match steps.iter().find(|s| s.name == p.name()) {
+                Some(step) => (&step.input, &step.output),
+                None => (current, current),
+            };
+            let result = self.measured(p, hook, || match hook {
+                Hook::Decorate => self.decorate_step(p, wit_ctx, input),
+                _ => {
+                    let mut candidate = input.clone();
+                    self.resources_step(p, wit_ctx, &mut candidate)
+                        .map(|()| candidate)
+                }
+            });
+            let key = format!("shadow/{hook}/{}", ctx.replica_type);
+            match result {
+                Ok(output) => {
+                    let mut paths = Vec::new();
+                    diff_paths(expected, &output, String::new(), &mut paths);
+                    if paths.is_empty() {
+                        continue;
+                    }
+                    if let Some(m) = &self.metrics {
+                        m.disagreed(p.name(), hook);
+                    }
+                    notes.push(PolicyNote {
+                        policy: p.label(),
+                        reason: "PolicyShadowDisagreement".into(),
+                        message: format!(
+                            "shadow policy {} would shape {} pods differently at {} (enforced: {}; shadow: {})",
+                            p.label(),
+                            ctx.replica_type,
+                            paths.join(", "),
+                            excerpt(expected, &paths),
+                            excerpt(&output, &paths),
+                        ),
+                        warning: false,
+                        key,
+                    });
+                }
+                Err(e) => notes.push(PolicyNote {
+                    policy: p.label(),
+                    reason: "PolicyShadowFailed".into(),
+                    message: format!("shadow policy {} failed: {e}", p.label()),
+                    warning: true,
+                    key,
+                }),
+            }
+        }
+    }
+}
+
+/// JSON paths where `a` and `b` differ (at most a few, the first found).
+fn diff_paths(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    const MAX: usize = 5;
+    if out.len() >= MAX || a == b {
+        return;
+    }
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = serde_json::Value::Null;
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                diff_paths(
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    path,
+                    out,
+                );
+            }
+        }
+        (serde_json::Value::Array(x), serde_json::Value::Array(y)) if x.len() == y.len() => {
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                diff_paths(u, v, format!("{at}[{i}]"), out);
+            }
+        }
+        _ => out.push(at),
+    }
+}
+
+/// The values at `paths` (as produced by [`diff_paths`]), compact, for an event message.
+fn excerpt(value: &serde_json::Value, paths: &[String]) -> String {
+    let parts: Vec<String> = paths
+        .iter()
+        .map(|path| {
+            let mut v = value;
+            for segment in path.split('.') {
+                let (key, indexes) = match segment.find('[') {
+                    Some(i) => (&segment[..i], &segment[i..]),
+                    None => (segment, ""),
+                };
+                v = v.get(key).unwrap_or(&serde_json::Value::Null);
+                for index in indexes.split(['[', ']']).filter(|s| !s.is_empty()) {
+                    let i: usize = index.parse().unwrap_or(usize::MAX);
+                    v = v.get(i).unwrap_or(&serde_json::Value::Null);
+                }
+            }
+            let text = v.to_string();
+            if text.len() > 120 {
+                format!("{}...", &text[..text.floor_char_boundary(117)])
+            } else {
+                text
+            }
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// A verdict as a short text for comparing and reporting.
+fn verdict_text(v: &Verdict) -> String {
+    let mut text = format!("{:?}", v.phase);
+    if !v.reason.is_empty() {
+        text.push('/');
+        text.push_str(&v.reason);
+    }
+    if let Some(kind) = v.kind {
+        text.push_str(&format!(" ({kind:?})"));
+    }
+    text
+}
+
 impl PodPolicies for WasmPolicies {
     fn shape_pod(&self, ctx: &PodContext, pod: Pod) -> Result<ShapedPod, PolicyError> {
         let set = self.registry.snapshot();
         let wit_ctx = job_context(ctx);
+        let mut notes = Vec::new();
+        Self::check_unavailable(&set, Hook::Decorate, ctx, &mut notes)?;
+        Self::check_unavailable(&set, Hook::Resources, ctx, &mut notes)?;
         let mut current = serde_json::to_value(&pod).map_err(|e| PolicyError {
             policy: "operator".into(),
             category: Category::InvalidOutput,
@@ -200,18 +409,67 @@ impl PodPolicies for WasmPolicies {
                 Err(e) => Err(e.for_policy(&p.label())),
             }
         };
+        let shadows = |hook| {
+            set.shadowing(hook, &ctx.namespace, &ctx.job_labels)
+                .next()
+                .is_some()
+        };
+        // The enforced steps are kept only when a shadow policy needs them for comparison.
+        let (keep_decorate, keep_resources) = (shadows(Hook::Decorate), shadows(Hook::Resources));
+        let mut steps = Vec::new();
         for p in set.enforced(Hook::Decorate, &ctx.namespace, &ctx.job_labels) {
-            let result = self
-                .decorate_step(p, &wit_ctx, &current)
-                .map(|out| current = out);
+            let result = self.measured(p, Hook::Decorate, || {
+                self.decorate_step(p, &wit_ctx, &current)
+            });
+            let result = result.map(|out| {
+                if keep_decorate {
+                    steps.push(Step {
+                        name: p.name().to_owned(),
+                        input: current.clone(),
+                        output: out.clone(),
+                    });
+                }
+                current = out;
+            });
             outcome(p, result)?;
+        }
+        if keep_decorate {
+            self.shadow_shaping(
+                &set,
+                Hook::Decorate,
+                (ctx, &wit_ctx),
+                &steps,
+                &current,
+                &mut notes,
+            );
+            steps.clear();
         }
         for p in set.enforced(Hook::Resources, &ctx.namespace, &ctx.job_labels) {
             let mut candidate = current.clone();
-            let result = self
-                .resources_step(p, &wit_ctx, &mut candidate)
-                .map(|()| current = candidate);
+            let result = self.measured(p, Hook::Resources, || {
+                self.resources_step(p, &wit_ctx, &mut candidate)
+            });
+            let result = result.map(|()| {
+                if keep_resources {
+                    steps.push(Step {
+                        name: p.name().to_owned(),
+                        input: current.clone(),
+                        output: candidate.clone(),
+                    });
+                }
+                current = candidate;
+            });
             outcome(p, result)?;
+        }
+        if keep_resources {
+            self.shadow_shaping(
+                &set,
+                Hook::Resources,
+                (ctx, &wit_ctx),
+                &steps,
+                &current,
+                &mut notes,
+            );
         }
         let mut shaped: Pod = serde_json::from_value(current).map_err(|e| PolicyError {
             policy: applied.join(","),
@@ -229,7 +487,7 @@ impl PodPolicies for WasmPolicies {
             pod: shaped,
             applied,
             skipped,
-            notes: Vec::new(),
+            notes,
         })
     }
 
@@ -239,7 +497,18 @@ impl PodPolicies for WasmPolicies {
         pod: &Pod,
         now: Timestamp,
     ) -> Result<Verdict, PolicyError> {
+        self.classify_with_notes(ctx, pod, now).map(|(v, _)| v)
+    }
+
+    fn classify_with_notes(
+        &self,
+        ctx: &PodContext,
+        pod: &Pod,
+        now: Timestamp,
+    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
         let set = self.registry.snapshot();
+        let mut notes = Vec::new();
+        Self::check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
         let wit_ctx = job_context(ctx);
         let pod_json = serde_json::to_string(pod).map_err(|e| PolicyError {
             policy: "operator".into(),
@@ -247,27 +516,71 @@ impl PodPolicies for WasmPolicies {
             message: format!("pod does not serialise: {e}"),
         })?;
         let now_text = now.to_string();
+        let run = |p: &ActivePolicy| {
+            self.measured(p, Hook::Classify, || {
+                self.engine
+                    .limited(p.limits)
+                    .classify(
+                        &p.compiled,
+                        p.name(),
+                        &wit_ctx,
+                        &p.settings,
+                        &pod_json,
+                        &now_text,
+                    )
+                    .and_then(|v| verdict_from(v, &p.label()))
+            })
+        };
+        let mut decided = None;
         for p in set.enforced(Hook::Classify, &ctx.namespace, &ctx.job_labels) {
-            let result = self
-                .engine
-                .limited(p.limits)
-                .classify(
-                    &p.compiled,
-                    p.name(),
-                    &wit_ctx,
-                    &p.settings,
-                    &pod_json,
-                    &now_text,
-                )
-                .and_then(|v| verdict_from(v, &p.label()));
-            match result {
-                Ok(v) => return Ok(v),
+            match run(p) {
+                Ok(v) => {
+                    decided = Some(v);
+                    break;
+                }
                 Err(e) if p.manifest.failure_policy == FailurePolicy::Ignore => {
                     tracing::warn!(policy = %p.label(), error = %e, "classification policy failed; ignored as configured");
                 }
                 Err(e) => return Err(e.for_policy(&p.label())),
             }
         }
-        self.fallback.classify(ctx, pod, now)
+        let verdict = match decided {
+            Some(v) => v,
+            None => self.fallback.classify(ctx, pod, now)?,
+        };
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        for p in set.shadowing(Hook::Classify, &ctx.namespace, &ctx.job_labels) {
+            match run(p) {
+                Ok(shadow) => {
+                    let (enforced_text, shadow_text) =
+                        (verdict_text(&verdict), verdict_text(&shadow));
+                    if enforced_text == shadow_text {
+                        continue;
+                    }
+                    if let Some(m) = &self.metrics {
+                        m.disagreed(p.name(), Hook::Classify);
+                    }
+                    notes.push(PolicyNote {
+                        policy: p.label(),
+                        reason: "PolicyShadowDisagreement".into(),
+                        message: format!(
+                            "shadow policy {} classifies pod {pod_name} as {shadow_text}; enforced {}: {enforced_text}",
+                            p.label(),
+                            if verdict.policy.is_empty() { "decision" } else { verdict.policy.as_str() },
+                        ),
+                        warning: false,
+                        key: format!("shadow/classify/{pod_name}/{enforced_text}/{shadow_text}"),
+                    });
+                }
+                Err(e) => notes.push(PolicyNote {
+                    policy: p.label(),
+                    reason: "PolicyShadowFailed".into(),
+                    message: format!("shadow policy {} failed on pod {pod_name}: {e}", p.label()),
+                    warning: true,
+                    key: format!("shadow/classify/{pod_name}/failed"),
+                }),
+            }
+        }
+        Ok((verdict, notes))
     }
 }

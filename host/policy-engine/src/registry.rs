@@ -28,7 +28,9 @@ pub enum FailurePolicy {
 }
 
 /// Whether a policy's decisions are applied.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum PolicyMode {
     /// Its decisions shape and classify pods.
     #[default]
@@ -349,23 +351,70 @@ pub fn activate_checked(
     })
 }
 
+/// A configured policy that never loaded: nothing serves its name, so the jobs it selects
+/// must hear about it (and, under `Fail`, wait for it).
+#[derive(Clone, Debug)]
+pub struct UnavailablePolicy {
+    pub manifest: PolicyManifest,
+    /// Where it was configured, e.g. `namespace/configmap`.
+    pub source: String,
+    /// Why it did not load.
+    pub error: String,
+}
+
+impl UnavailablePolicy {
+    /// Whether it would have run for `hook` on a job in `namespace` with `labels`.
+    pub fn selects(&self, hook: Hook, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.manifest.hooks.contains(&hook) && self.manifest.selector.matches(namespace, labels)
+    }
+}
+
 /// An immutable set of active policies.
 #[derive(Debug, Default)]
 pub struct PolicySet {
     policies: Vec<Arc<ActivePolicy>>,
+    unavailable: Vec<UnavailablePolicy>,
 }
 
 impl PolicySet {
-    /// A set ordered by `order`, then name. A later policy with the name of an earlier one
-    /// replaces it (so a configured policy can replace a default one).
+    /// A set ordered by `order`, then name. A later policy with the name and mode of an earlier
+    /// one replaces it (so a configured policy can replace a default one); a `Shadow` policy
+    /// sits beside the enforced one of its name.
     pub fn new(policies: impl IntoIterator<Item = ActivePolicy>) -> PolicySet {
+        PolicySet::with_unavailable(policies.into_iter().map(Arc::new), Vec::new())
+    }
+
+    /// A set of shared policies, plus the configured policies that never loaded.
+    pub fn with_unavailable(
+        policies: impl IntoIterator<Item = Arc<ActivePolicy>>,
+        unavailable: Vec<UnavailablePolicy>,
+    ) -> PolicySet {
         let mut list: Vec<Arc<ActivePolicy>> = Vec::new();
         for p in policies {
-            list.retain(|q| q.name() != p.name());
-            list.push(Arc::new(p));
+            list.retain(|q| q.name() != p.name() || q.manifest.mode != p.manifest.mode);
+            list.push(p);
         }
         list.sort_by(|a, b| (a.manifest.order, a.name()).cmp(&(b.manifest.order, b.name())));
-        PolicySet { policies: list }
+        PolicySet {
+            policies: list,
+            unavailable,
+        }
+    }
+
+    /// Configured policies that never loaded and would run for `hook` on this job.
+    pub fn unavailable_for<'a>(
+        &'a self,
+        hook: Hook,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a UnavailablePolicy> {
+        self.unavailable
+            .iter()
+            .filter(move |u| u.selects(hook, namespace, labels))
+    }
+
+    pub fn unavailable(&self) -> &[UnavailablePolicy] {
+        &self.unavailable
     }
 
     /// Policies that run for `hook`, in evaluation order, whatever their mode and selector.
@@ -401,8 +450,11 @@ impl PolicySet {
         &self.policies
     }
 
+    /// The enforced policy called `name`, if any.
     pub fn get(&self, name: &str) -> Option<&Arc<ActivePolicy>> {
-        self.policies.iter().find(|p| p.name() == name)
+        self.policies
+            .iter()
+            .find(|p| p.name() == name && p.manifest.mode == PolicyMode::Enforce)
     }
 }
 

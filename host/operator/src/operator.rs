@@ -1,0 +1,112 @@
+//! The operator as one unit: the policy ConfigMap sync and the TFJob controller, sharing one
+//! policy registry and one metrics registry.
+//!
+//! The sync starts first and the controller waits until every policy namespace has been listed
+//! and its policies loaded, so no pod is shaped by the built-in defaults when a configured
+//! policy was meant to replace them. `tfjob-operator run` and the embedded cluster both start
+//! the operator through [`run`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use kube::Client;
+use prometheus_client::registry::Registry as MetricsRegistry;
+use tfjob_planner::Settings;
+use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
+use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
+
+use crate::policy_setup::Policies;
+
+/// How the operator runs.
+#[derive(Clone, Debug, Default)]
+pub struct OperatorConfig {
+    /// Watch one namespace for TFJobs, or all.
+    pub namespace: Option<String>,
+    pub threads: u16,
+    pub metrics_addr: Option<SocketAddr>,
+    pub settings: Settings,
+    /// Name of this instance in events.
+    pub instance: Option<String>,
+    /// Namespaces whose `policy.tfjob.dev/policy=true` ConfigMaps are policies; empty turns
+    /// ConfigMap policies off.
+    pub policy_namespaces: Vec<String>,
+}
+
+/// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
+/// deployment), else `tfjob-system`.
+pub fn default_policy_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "tfjob-system".to_owned())
+}
+
+/// Runs the policy sync and the controller until `shutdown` resolves. Each call starts from the
+/// built-in policies, as a freshly started operator process would.
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    policies: &Policies,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> std::io::Result<()> {
+    let shutdown = shutdown.shared();
+    let mut metrics = MetricsRegistry::default();
+    let registry = Arc::new(Registry::new(PolicySet::with_unavailable(
+        policies.builtin.iter().map(Arc::clone),
+        Vec::new(),
+    )));
+    let seam = WasmPolicies::new(Arc::clone(&policies.engine), Arc::clone(&registry))
+        .with_metrics(PolicyMetrics::register(&mut metrics));
+
+    let sync_task = if config.policy_namespaces.is_empty() {
+        None
+    } else {
+        let sync = PolicySync::new(
+            client.clone(),
+            Arc::clone(&policies.engine),
+            Arc::clone(&registry),
+            SyncConfig {
+                namespaces: config.policy_namespaces.clone(),
+                defaults: policies.builtin.clone(),
+                instance: config.instance.clone(),
+            },
+            SyncMetrics::register(&mut metrics),
+        );
+        let (ready_tx, mut ready) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(sync.run(ready_tx, shutdown.clone()));
+        // The first reconcile waits for the configured policies; say so while waiting.
+        loop {
+            tokio::select! {
+                r = ready.wait_for(|r| *r) => {
+                    if r.is_err() {
+                        tracing::error!("the policy sync stopped before its first load");
+                    }
+                    break;
+                }
+                () = shutdown.clone() => return Ok(()),
+                () = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
+                    namespaces = ?config.policy_namespaces,
+                    "still waiting for the policy ConfigMaps to be listed"
+                ),
+            }
+        }
+        Some(task)
+    };
+
+    let controller = tfjob_controller::Config {
+        namespace: config.namespace,
+        threads: config.threads,
+        metrics_addr: config.metrics_addr,
+        settings: config.settings,
+        policies: Arc::new(seam),
+        instance: config.instance,
+        metrics,
+    };
+    let result = tfjob_controller::run(client, controller, shutdown).await;
+    if let Some(task) = sync_task {
+        task.abort();
+    }
+    result
+}

@@ -1,0 +1,132 @@
+//! Per-policy metrics of evaluations: count by hook and mode, errors by category, latency, and
+//! disagreements of shadow policies with the enforced decision.
+//!
+//! Labels carry the policy name, never the digest, so a new version keeps its series; which
+//! digest serves is the policy sync's info metric.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::engine::Hook;
+use crate::error::Category;
+use crate::registry::PolicyMode;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvalLabels {
+    policy: String,
+    hook: String,
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    policy: String,
+    hook: String,
+    category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    policy: String,
+    hook: String,
+}
+
+fn histogram() -> Histogram {
+    // 20 µs to about 0.3 s: default policies take tens of microseconds, a deadline ends at 50 ms.
+    Histogram::new(exponential_buckets(0.000_02, 2.0, 15))
+}
+
+/// Every metric of policy evaluations.
+#[derive(Clone)]
+pub struct PolicyMetrics {
+    evaluations: Family<EvalLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    latency: Family<HookLabels, Histogram>,
+    disagreements: Family<HookLabels, Counter>,
+}
+
+impl PolicyMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &mut Registry) -> PolicyMetrics {
+        let m = PolicyMetrics {
+            evaluations: Family::default(),
+            errors: Family::default(),
+            latency: Family::new_with_constructor(histogram),
+            disagreements: Family::default(),
+        };
+        registry.register(
+            "tfjob_policy_evaluations",
+            "Policy evaluations, by policy, hook and mode",
+            m.evaluations.clone(),
+        );
+        registry.register(
+            "tfjob_policy_errors",
+            "Policy evaluations that failed, by policy, hook and category",
+            m.errors.clone(),
+        );
+        registry.register(
+            "tfjob_policy_evaluation_duration_seconds",
+            "Time of one policy evaluation (a resources evaluation covers every container)",
+            m.latency.clone(),
+        );
+        registry.register(
+            "tfjob_policy_shadow_disagreements",
+            "Evaluations where a shadow policy decided differently from the enforced one",
+            m.disagreements.clone(),
+        );
+        m
+    }
+
+    /// Records one evaluation.
+    pub fn evaluated(
+        &self,
+        policy: &str,
+        hook: Hook,
+        mode: PolicyMode,
+        took: Duration,
+        error: Option<Category>,
+    ) {
+        let hook = hook.to_string();
+        self.evaluations
+            .get_or_create(&EvalLabels {
+                policy: policy.to_owned(),
+                hook: hook.clone(),
+                mode: match mode {
+                    PolicyMode::Enforce => "Enforce",
+                    PolicyMode::Shadow => "Shadow",
+                }
+                .to_owned(),
+            })
+            .inc();
+        if let Some(category) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    policy: policy.to_owned(),
+                    hook: hook.clone(),
+                    category: category.as_str().to_owned(),
+                })
+                .inc();
+        }
+        self.latency
+            .get_or_create(&HookLabels {
+                policy: policy.to_owned(),
+                hook,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records a shadow decision that differed from the enforced one.
+    pub fn disagreed(&self, policy: &str, hook: Hook) {
+        self.disagreements
+            .get_or_create(&HookLabels {
+                policy: policy.to_owned(),
+                hook: hook.to_string(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,311 @@
+//! The IO side: watches the policy ConfigMaps of the policy namespaces, loads changed ones off
+//! the async executor, swaps the registry snapshot, and writes each ConfigMap's status
+//! annotation and events.
+//!
+//! Level-based: every change re-reads the whole set of ConfigMaps from the watch caches and
+//! compares it with what was loaded, so a missed or reordered event cannot leave a stale policy
+//! serving; only content that changed is loaded again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{FutureExt as _, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+use tfjob_policy_engine::configmap::{self, POLICY_LABEL, PolicyState, STATUS_ANNOTATION};
+use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicySet, Registry};
+use tokio::sync::watch;
+
+use crate::metrics::SyncMetrics;
+use crate::sources::{Attempt, SourceKey, Sources};
+
+/// What the sync watches and what it composes with.
+pub struct SyncConfig {
+    /// Namespaces whose labelled ConfigMaps are policies; others are ignored.
+    pub namespaces: Vec<String>,
+    /// The built-in policies (defaults and local ones); a ConfigMap policy of the same name
+    /// replaces one.
+    pub defaults: Vec<Arc<ActivePolicy>>,
+    /// Name of this operator instance in events.
+    pub instance: Option<String>,
+}
+
+/// Keeps `registry` equal to the defaults composed with the policy ConfigMaps.
+pub struct PolicySync {
+    client: Client,
+    engine: Arc<PolicyEngine>,
+    registry: Arc<Registry>,
+    config: SyncConfig,
+    metrics: SyncMetrics,
+    recorder: Recorder,
+    sources: Sources,
+    /// The state and error each ConfigMap was last reported with, so events mark changes only.
+    reported: BTreeMap<SourceKey, (PolicyState, Option<String>)>,
+}
+
+impl PolicySync {
+    pub fn new(
+        client: Client,
+        engine: Arc<PolicyEngine>,
+        registry: Arc<Registry>,
+        config: SyncConfig,
+        metrics: SyncMetrics,
+    ) -> PolicySync {
+        let reporter = Reporter {
+            controller: "tfjob-operator-policies".into(),
+            instance: config.instance.clone(),
+        };
+        PolicySync {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            engine,
+            registry,
+            config,
+            metrics,
+            sources: Sources::new(),
+            reported: BTreeMap::new(),
+        }
+    }
+
+    /// Watches until `shutdown` resolves. `ready` turns true once every policy namespace has
+    /// been listed and its policies loaded, so the operator can hold its first reconcile until
+    /// the configured policies serve.
+    pub async fn run(
+        mut self,
+        ready: watch::Sender<bool>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        let selector = format!("{POLICY_LABEL}=true");
+        let mut stores = Vec::new();
+        let mut streams = Vec::new();
+        for ns in &self.config.namespaces {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+            let (store, writer) = reflector::store();
+            let stream = reflector(
+                writer,
+                watcher(api, watcher::Config::default().labels(&selector)),
+            )
+            .default_backoff()
+            .boxed();
+            stores.push(store);
+            streams.push(stream);
+        }
+        let mut events = futures::stream::select_all(streams);
+        tokio::pin!(shutdown);
+        let mut synced_once = false;
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                next = events.next() => match next {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "policy ConfigMap watch failed; retrying");
+                        continue;
+                    }
+                    None => return,
+                },
+            }
+            // Wait until every namespace has been listed once before composing, so a policy
+            // of a namespace not yet listed is not reported as gone.
+            if !synced_once && !all_ready(&stores) {
+                continue;
+            }
+            self.sync(&stores).await;
+            if !synced_once {
+                synced_once = true;
+                let _ = ready.send(true);
+                tracing::info!(
+                    namespaces = ?self.config.namespaces,
+                    policies = self.registry.snapshot().all().len(),
+                    "policy ConfigMaps loaded"
+                );
+            }
+        }
+    }
+
+    /// Loads what changed, swaps the snapshot and reports.
+    async fn sync(&mut self, stores: &[Store<ConfigMap>]) {
+        let observed: Vec<Arc<ConfigMap>> = stores.iter().flat_map(|s| s.state()).collect();
+        let mut changed = false;
+        let mut seen = BTreeSet::new();
+        for cm in &observed {
+            let key = SourceKey {
+                namespace: cm.namespace().unwrap_or_default(),
+                name: cm.name_any(),
+            };
+            seen.insert(key.clone());
+            let print = fingerprint(cm);
+            if self.sources.is_current(&key, &print) {
+                continue;
+            }
+            let attempt = self.load(&key, cm).await;
+            let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let version = cm.metadata.resource_version.clone();
+            self.sources
+                .record(key, print, created, version, attempt, Timestamp::now());
+            changed = true;
+        }
+        let gone: Vec<SourceKey> = self
+            .sources
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            tracing::info!(configmap = %key, "policy ConfigMap deleted");
+            self.sources.remove(&key);
+            self.reported.remove(&key);
+            changed = true;
+        }
+        if !changed {
+            return;
+        }
+        let composition = self.sources.compose(&self.config.defaults);
+        self.registry.swap(PolicySet::with_unavailable(
+            composition.active.iter().map(Arc::clone),
+            composition.unavailable,
+        ));
+        self.metrics.swapped(&self.registry.snapshot());
+        for cm in &observed {
+            let key = SourceKey {
+                namespace: cm.namespace().unwrap_or_default(),
+                name: cm.name_any(),
+            };
+            if let Some(status) = composition.statuses.get(&key) {
+                self.report(cm, &key, status).await;
+            }
+        }
+    }
+
+    /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work).
+    async fn load(&self, key: &SourceKey, cm: &Arc<ConfigMap>) -> Attempt {
+        let engine = Arc::clone(&self.engine);
+        let cm = Arc::clone(cm);
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let manifest = configmap::read_manifest(&cm).map(Box::new);
+            (configmap::load(&engine, &cm), manifest)
+        })
+        .await;
+        let took = started.elapsed();
+        match outcome {
+            Ok((Ok(policy), _)) => {
+                tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
+                self.metrics.loaded(took);
+                Attempt::Loaded(Arc::new(policy))
+            }
+            Ok((Err(e), manifest)) => {
+                tracing::warn!(configmap = %key, step = e.step(), error = %e, "policy rejected");
+                self.metrics.rejected(e.step(), took);
+                Attempt::Failed {
+                    manifest,
+                    error: e.to_string(),
+                }
+            }
+            Err(e) => {
+                tracing::error!(configmap = %key, error = %e, "policy load task failed");
+                self.metrics.rejected("internal", took);
+                Attempt::Failed {
+                    manifest: None,
+                    error: format!("loading failed unexpectedly: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Writes the status annotation when it changed, and an event when the state changed.
+    async fn report(&mut self, cm: &ConfigMap, key: &SourceKey, status: &configmap::PolicyStatus) {
+        let text = status.to_annotation();
+        let current = cm.annotations().get(STATUS_ANNOTATION);
+        if current != Some(&text) {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
+            let patch = serde_json::json!({"metadata": {"annotations": {STATUS_ANNOTATION: text}}});
+            if let Err(e) = api
+                .patch_metadata(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(configmap = %key, error = %e, "could not write the policy status");
+            }
+        }
+        let now_reported = (status.state, status.error.clone());
+        if self.reported.get(key) == Some(&now_reported) {
+            return;
+        }
+        let (type_, reason, note) = match status.state {
+            PolicyState::Active => (
+                EventType::Normal,
+                "PolicyActive",
+                format!(
+                    "policy is active (digest {})",
+                    status.digest.as_deref().unwrap_or("-")
+                ),
+            ),
+            PolicyState::Superseded => (
+                EventType::Normal,
+                "PolicySuperseded",
+                status.error.clone().unwrap_or_default(),
+            ),
+            PolicyState::Rejected => (
+                EventType::Warning,
+                "PolicyRejected",
+                status.error.clone().unwrap_or_else(|| "rejected".into()),
+            ),
+        };
+        self.reported.insert(key.clone(), now_reported);
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(&note, 1024)),
+            action: "LoadPolicy".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &cm.object_ref(&())).await {
+            tracing::warn!(configmap = %key, error = %e, "could not publish the policy event");
+        }
+    }
+}
+
+fn all_ready(stores: &[Store<ConfigMap>]) -> bool {
+    // A reflector store is ready once its first list has been applied.
+    stores
+        .iter()
+        .all(|s| s.wait_until_ready().now_or_never().is_some())
+}
+
+/// A digest of what a ConfigMap says (data and binaryData), not of its metadata.
+pub fn fingerprint(cm: &ConfigMap) -> String {
+    let mut hasher = Sha256::new();
+    for (k, v) in cm.data.iter().flatten() {
+        hasher.update(b"d");
+        hasher.update(k.as_bytes());
+        hasher.update([0]);
+        hasher.update(v.as_bytes());
+        hasher.update([0]);
+    }
+    for (k, v) in cm.binary_data.iter().flatten() {
+        hasher.update(b"b");
+        hasher.update(k.as_bytes());
+        hasher.update([0]);
+        hasher.update(&v.0);
+        hasher.update([0]);
+    }
+    hex::encode(hasher.finalize())
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
