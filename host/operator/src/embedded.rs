@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use kube::{Client, Config};
 use tfjob_cluster::Store;
+use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_cluster::requests::RequestStats;
+use tfjob_cluster::server::{RunningServer, ServerOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -34,6 +37,9 @@ pub struct ClusterOptions {
     pub policies: Arc<Policies>,
     /// Namespaces whose labelled ConfigMaps are policies (empty: none).
     pub policy_namespaces: Vec<String>,
+    /// Faults the API server injects from the start (changeable later through
+    /// [`EmbeddedCluster::faults`] or `PUT /debug/faults`).
+    pub faults: FaultConfig,
 }
 
 impl ClusterOptions {
@@ -47,6 +53,7 @@ impl ClusterOptions {
             threads: 4,
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
+            faults: FaultConfig::default(),
         }
     }
 }
@@ -64,6 +71,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("fault configuration: {0}")]
+    Faults(String),
     #[error("creating the client for the embedded server: {0}")]
     Client(#[from] kube::Error),
 }
@@ -83,7 +92,7 @@ pub struct EmbeddedCluster {
     addr: SocketAddr,
     client: Client,
     kubelet: JoinHandle<()>,
-    server: JoinHandle<()>,
+    server: RunningServer,
     operator: Option<Operator>,
     threads: u16,
     policies: Arc<Policies>,
@@ -108,12 +117,19 @@ impl EmbeddedCluster {
                 message: e.to_string(),
             })?;
         }
-        let (addr, server) = tfjob_cluster::server::start(Arc::clone(&store), options.port)
-            .await
-            .map_err(|source| StartError::Bind {
-                port: options.port,
-                source,
-            })?;
+        let faults = Faults::new(options.faults).map_err(|e| StartError::Faults(e.to_string()))?;
+        let server_options = ServerOptions {
+            faults,
+            ..ServerOptions::default()
+        };
+        let server =
+            tfjob_cluster::server::start_with(Arc::clone(&store), options.port, server_options)
+                .await
+                .map_err(|source| StartError::Bind {
+                    port: options.port,
+                    source,
+                })?;
+        let addr = server.addr;
         let url = format!("http://{addr}")
             .parse()
             .expect("a socket address makes a valid URL");
@@ -141,6 +157,16 @@ impl EmbeddedCluster {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The API server's fault injection, changeable while the cluster runs.
+    pub fn faults(&self) -> &Faults {
+        self.server.faults()
+    }
+
+    /// The API server's request counters.
+    pub fn requests(&self) -> &RequestStats {
+        self.server.requests()
     }
 
     /// A client of the embedded server.
@@ -216,7 +242,7 @@ impl EmbeddedCluster {
 impl Drop for EmbeddedCluster {
     fn drop(&mut self) {
         self.kubelet.abort();
-        self.server.abort();
+        self.server.handle.abort();
         if let Some(op) = self.operator.take() {
             op.task.abort();
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use tfjob_cluster::faults::FaultConfig;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_policy_engine::SandboxLimits;
 
@@ -39,6 +40,11 @@ pub struct UpArgs {
     /// `nvidia.com/gpu` of each simulated node.
     #[arg(long, default_value_t = 2)]
     pub gpus_per_node: u32,
+    /// Faults for the API server to inject from the start (JSON, as `PUT /debug/faults` takes:
+    /// error rates per verb and resource, latency, cut watches); change them later with
+    /// `kubectl replace --raw /debug/faults -f FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub faults: Option<PathBuf>,
     /// Submit the jobs in `deploy/examples/` and show them run to the end, then stop.
     #[arg(long)]
     pub demo: bool,
@@ -67,6 +73,14 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
+    let faults = match &args.faults {
+        Some(path) => {
+            let text =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            FaultConfig::from_json(&text).with_context(|| format!("{}", path.display()))?
+        }
+        None => FaultConfig::default(),
+    };
     let cluster = EmbeddedCluster::start(ClusterOptions {
         port: args.port,
         state: args.state.clone(),
@@ -78,6 +92,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         threads: args.threads,
         policies: Arc::new(policies),
         policy_namespaces: args.sources.namespaces(),
+        faults,
     })
     .await?;
     cluster
