@@ -37,6 +37,8 @@ pub struct ClusterOptions {
     pub policies: Arc<Policies>,
     /// Namespaces whose labelled ConfigMaps are policies (empty: none).
     pub policy_namespaces: Vec<String>,
+    /// Start the operator with the cluster (off for benchmarks that run it as its own process).
+    pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
     /// [`EmbeddedCluster::faults`] or `PUT /debug/faults`).
     pub faults: FaultConfig,
@@ -53,6 +55,7 @@ impl ClusterOptions {
             threads: 4,
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
+            run_operator: true,
             faults: FaultConfig::default(),
         }
     }
@@ -146,7 +149,9 @@ impl EmbeddedCluster {
             policies: options.policies,
             policy_namespaces: options.policy_namespaces,
         };
-        cluster.start_operator();
+        if options.run_operator {
+            cluster.start_operator();
+        }
         Ok(cluster)
     }
 
