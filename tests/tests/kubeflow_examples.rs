@@ -35,6 +35,7 @@ fn examples() -> Vec<Example> {
 fn settings(domain: Option<&str>) -> Settings {
     Settings {
         cluster_domain: domain.map(str::to_owned),
+        ..Settings::default()
     }
 }
 

@@ -102,7 +102,10 @@ fn settings(bytes: &mut Bytes<'_>) -> Settings {
         1 => Some("cluster.local".to_owned()),
         _ => Some(String::new()),
     };
-    Settings { cluster_domain }
+    Settings {
+        cluster_domain,
+        ..Settings::default()
+    }
 }
 
 fn run_plan(

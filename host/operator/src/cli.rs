@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// Log output as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+    /// Changes of a job's replica counts alone are written at most once per this many
+    /// milliseconds (conditions, times and restarts are written at once); 0 writes every change.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub status_batch_ms: u64,
     #[command(flatten)]
     pub policies: crate::policy_setup::PolicyArgs,
     #[command(flatten)]

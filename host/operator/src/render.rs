@@ -127,6 +127,7 @@ fn render_job(
     job.status = None;
     let settings = Settings {
         cluster_domain: args.cluster_domain.clone(),
+        ..Settings::default()
     };
     let input = PlanInput {
         job: &job,

@@ -34,6 +34,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics_addr: Some(args.metrics_addr),
         settings: Settings {
             cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
+            status_batch: std::time::Duration::from_millis(args.status_batch_ms),
         },
         instance: std::env::var("POD_NAME").ok(),
         policy_namespaces: args.policy_namespaces(),

@@ -30,11 +30,28 @@ pub const PENDING_RECHECK: Duration = Duration::from_secs(15);
 /// Longest policy message carried into a condition or event.
 const MAX_DETAIL: usize = 1024;
 
+/// How long changes of the replica counts alone wait to be written, by default.
+pub const STATUS_BATCH: Duration = Duration::from_secs(1);
+
 /// Operator-wide settings the planner needs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// Adds `.svc.<domain>` to `TF_CONFIG` host names.
     pub cluster_domain: Option<String>,
+    /// A status change that only moves `replicaStatuses` counts is written at most once per
+    /// this window after the previous write (the job is looked at again when it ends); any
+    /// other change (a condition, a time, a restart) is written at once. Zero writes every
+    /// change. Pods starting one by one would otherwise cost a status write each.
+    pub status_batch: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            cluster_domain: None,
+            status_batch: STATUS_BATCH,
+        }
+    }
 }
 
 /// Everything [`plan`] looks at.
@@ -303,10 +320,34 @@ impl<'a, 'i> Planner<'a, 'i> {
 
     fn finish(mut self, observed: TFJobStatus) -> Plan {
         if self.status != observed {
+            if let Some(wait) = self.batch_wait(&observed) {
+                self.requeue(wait);
+                return self.plan;
+            }
             self.status.last_reconcile_time = Some(Time(self.input.now));
             self.plan.status = Some(self.status);
         }
         self.plan
+    }
+
+    /// How long to hold back this status write: `Some` when only replica counts changed and
+    /// the previous write (its `lastReconcileTime`) is younger than the batch window.
+    fn batch_wait(&self, observed: &TFJobStatus) -> Option<Duration> {
+        let window = self.input.settings.status_batch;
+        let last = observed.last_reconcile_time.as_ref()?.0;
+        let counts_only = {
+            let strip = |s: &TFJobStatus| TFJobStatus {
+                replica_statuses: Default::default(),
+                last_reconcile_time: None,
+                ..s.clone()
+            };
+            strip(&self.status) == strip(observed)
+        };
+        if window.is_zero() || !counts_only {
+            return None;
+        }
+        let since = Duration::try_from(self.input.now.duration_since(last)).unwrap_or_default();
+        window.checked_sub(since).filter(|w| !w.is_zero())
     }
 
     fn requeue(&mut self, after: Duration) {

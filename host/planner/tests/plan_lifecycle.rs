@@ -242,6 +242,7 @@ spec:
 "#);
     let settings = Settings {
         cluster_domain: Some("cluster.local".into()),
+        ..Settings::default()
     };
     let plan = run_with(&settings, &job, &[], &[], t0());
     assert_eq!(
@@ -976,4 +977,49 @@ fn a_pending_pod_missing_its_config_map_fails_the_job() {
          configmap \"settings\" not found"
     );
     assert_eq!(plan.transitions, vec![Transition::Failed]);
+}
+
+fn at_ms(ms: i64) -> jiff::Timestamp {
+    t0() + jiff::SignedDuration::from_millis(ms)
+}
+
+#[test]
+fn replica_count_changes_alone_wait_for_the_batch_window_but_conditions_do_not() {
+    let mut cluster = Cluster::new(tfjob(&[("Worker", 3, "")], &[]));
+    cluster.reconcile(t0());
+    // The Running condition is written at once, 300 ms after the previous write.
+    cluster.set("mnist-worker-0", running());
+    let plan = cluster.reconcile(at_ms(300));
+    assert_eq!(
+        shape(new_status(&plan)),
+        vec![
+            c(Created, True, "TFJobCreated"),
+            c(Running, True, "TFJobRunning")
+        ]
+    );
+    // A second worker running only moves the counts: held back until the window (1 s after
+    // the last write) ends, and the job is looked at again then.
+    cluster.set("mnist-worker-1", running());
+    let plan = cluster.reconcile(at_ms(600));
+    assert!(plan.status.is_none(), "{:?}", plan.status);
+    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_millis(700)));
+    let plan = cluster.reconcile(at_ms(1300));
+    assert_eq!(counts(new_status(&plan), "Worker"), (2, 0, 0));
+
+    // A zero window writes every change.
+    cluster.set("mnist-worker-2", running());
+    let settings = Settings {
+        status_batch: std::time::Duration::ZERO,
+        ..Settings::default()
+    };
+    let plan = run_with(
+        &settings,
+        &cluster.job,
+        &cluster.pods,
+        &cluster.services,
+        at_ms(1400),
+    );
+    assert_eq!(counts(new_status(&plan), "Worker"), (3, 0, 0));
+    // The default window holds the same change back.
+    assert!(cluster.plan(at_ms(1400)).status.is_none());
 }
