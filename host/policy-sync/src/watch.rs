@@ -173,6 +173,12 @@ impl PolicySync {
             composition.unavailable,
         ));
         self.metrics.swapped(&self.registry.snapshot());
+        // Modules that no version serves or could serve again (a deleted ConfigMap, a version
+        // replaced by the next) leave the compile cache.
+        let dropped = self.engine.evict_unused();
+        if dropped > 0 {
+            tracing::debug!(dropped, "compiled policies no longer used were dropped");
+        }
         for cm in &observed {
             let key = SourceKey {
                 namespace: cm.namespace().unwrap_or_default(),
