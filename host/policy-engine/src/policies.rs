@@ -270,9 +270,9 @@ impl WasmPolicies {
             let key = format!("shadow/{hook}/{}", ctx.replica_type);
             match result {
                 Ok(output) => {
-                    let mut paths = Vec::new();
-                    diff_paths(expected, &output, String::new(), &mut paths);
-                    if paths.is_empty() {
+                    let mut diffs = Vec::new();
+                    differences(expected, &output, String::new(), &mut diffs);
+                    if diffs.is_empty() {
                         continue;
                     }
                     if let Some(m) = &self.metrics {
@@ -285,9 +285,9 @@ impl WasmPolicies {
                             "shadow policy {} would shape {} pods differently at {} (enforced: {}; shadow: {})",
                             p.label(),
                             ctx.replica_type,
-                            paths.join(", "),
-                            excerpt(expected, &paths),
-                            excerpt(&output, &paths),
+                            join(&diffs, |d| &d.path),
+                            join(&diffs, |d| &d.enforced),
+                            join(&diffs, |d| &d.shadow),
                         ),
                         warning: false,
                         key,
@@ -305,8 +305,21 @@ impl WasmPolicies {
     }
 }
 
-/// JSON paths where `a` and `b` differ (at most a few, the first found).
-fn diff_paths(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mut Vec<String>) {
+/// One place where the enforced and the shadow output differ, with both values.
+struct Difference {
+    path: String,
+    enforced: String,
+    shadow: String,
+}
+
+/// The first few places where `a` (enforced) and `b` (shadow) differ. Keys that are not plain
+/// words (`tfjob.dev/team`) are written in brackets, so the path reads unambiguously.
+fn differences(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    at: String,
+    out: &mut Vec<Difference>,
+) {
     const MAX: usize = 5;
     if out.len() >= MAX || a == b {
         return;
@@ -316,12 +329,15 @@ fn diff_paths(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mu
             let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
             for k in keys {
                 let null = serde_json::Value::Null;
-                let path = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
+                let plain = !k.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                let path = match (at.is_empty(), plain) {
+                    (true, true) => k.clone(),
+                    (false, true) => format!("{at}.{k}"),
+                    (_, false) => format!("{at}[{k:?}]"),
                 };
-                diff_paths(
+                differences(
                     x.get(k).unwrap_or(&null),
                     y.get(k).unwrap_or(&null),
                     path,
@@ -331,39 +347,33 @@ fn diff_paths(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mu
         }
         (serde_json::Value::Array(x), serde_json::Value::Array(y)) if x.len() == y.len() => {
             for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                diff_paths(u, v, format!("{at}[{i}]"), out);
+                differences(u, v, format!("{at}[{i}]"), out);
             }
         }
-        _ => out.push(at),
+        _ => out.push(Difference {
+            path: at,
+            enforced: compact(a),
+            shadow: compact(b),
+        }),
     }
 }
 
-/// The values at `paths` (as produced by [`diff_paths`]), compact, for an event message.
-fn excerpt(value: &serde_json::Value, paths: &[String]) -> String {
-    let parts: Vec<String> = paths
+fn join(diffs: &[Difference], part: impl Fn(&Difference) -> &String) -> String {
+    diffs
         .iter()
-        .map(|path| {
-            let mut v = value;
-            for segment in path.split('.') {
-                let (key, indexes) = match segment.find('[') {
-                    Some(i) => (&segment[..i], &segment[i..]),
-                    None => (segment, ""),
-                };
-                v = v.get(key).unwrap_or(&serde_json::Value::Null);
-                for index in indexes.split(['[', ']']).filter(|s| !s.is_empty()) {
-                    let i: usize = index.parse().unwrap_or(usize::MAX);
-                    v = v.get(i).unwrap_or(&serde_json::Value::Null);
-                }
-            }
-            let text = v.to_string();
-            if text.len() > 120 {
-                format!("{}...", &text[..text.floor_char_boundary(117)])
-            } else {
-                text
-            }
-        })
-        .collect();
-    parts.join(", ")
+        .map(|d| part(d).as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A JSON value in at most 120 characters, for an event message.
+fn compact(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if text.len() > 120 {
+        format!("{}...", &text[..text.floor_char_boundary(117)])
+    } else {
+        text
+    }
 }
 
 /// A verdict as a short text for comparing and reporting.
@@ -582,5 +592,38 @@ impl PodPolicies for WasmPolicies {
             }
         }
         Ok((verdict, notes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn differences_name_prefixed_keys_and_carry_both_values() {
+        let enforced =
+            json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "a"}]}});
+        let shadow = json!({
+            "metadata": {"labels": {"app": "x", "tfjob.dev/shadow": "candidate"}},
+            "spec": {"containers": [{"name": "b"}]}
+        });
+        let mut diffs = Vec::new();
+        differences(&enforced, &shadow, String::new(), &mut diffs);
+        let seen: Vec<(&str, &str, &str)> = diffs
+            .iter()
+            .map(|d| (d.path.as_str(), d.enforced.as_str(), d.shadow.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "metadata.labels[\"tfjob.dev/shadow\"]",
+                    "null",
+                    "\"candidate\""
+                ),
+                ("spec.containers[0].name", "\"a\"", "\"b\""),
+            ]
+        );
     }
 }

@@ -13,8 +13,9 @@ use std::time::Instant;
 use futures::{FutureExt as _, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -44,7 +45,6 @@ pub struct PolicySync {
     registry: Arc<Registry>,
     config: SyncConfig,
     metrics: SyncMetrics,
-    recorder: Recorder,
     sources: Sources,
     /// The state and error each ConfigMap was last reported with, so events mark changes only.
     reported: BTreeMap<SourceKey, (PolicyState, Option<String>)>,
@@ -58,12 +58,7 @@ impl PolicySync {
         config: SyncConfig,
         metrics: SyncMetrics,
     ) -> PolicySync {
-        let reporter = Reporter {
-            controller: "tfjob-operator-policies".into(),
-            instance: config.instance.clone(),
-        };
         PolicySync {
-            recorder: Recorder::new(client.clone(), reporter),
             client,
             engine,
             registry,
@@ -246,7 +241,7 @@ impl PolicySync {
         }
         let (type_, reason, note) = match status.state {
             PolicyState::Active => (
-                EventType::Normal,
+                "Normal",
                 "PolicyActive",
                 format!(
                     "policy is active (digest {})",
@@ -254,29 +249,61 @@ impl PolicySync {
                 ),
             ),
             PolicyState::Superseded => (
-                EventType::Normal,
+                "Normal",
                 "PolicySuperseded",
                 status.error.clone().unwrap_or_default(),
             ),
             PolicyState::Rejected => (
-                EventType::Warning,
+                "Warning",
                 "PolicyRejected",
                 status.error.clone().unwrap_or_else(|| "rejected".into()),
             ),
         };
         self.reported.insert(key.clone(), now_reported);
+        self.publish(cm, key, type_, reason, &note).await;
+    }
+
+    /// Records an event on the ConfigMap. Each is its own object (no series): two rejections
+    /// in a row usually have different causes, and each must be readable.
+    async fn publish(
+        &self,
+        cm: &ConfigMap,
+        key: &SourceKey,
+        type_: &str,
+        reason: &str,
+        note: &str,
+    ) {
+        let now = Timestamp::now();
         let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(truncate(&note, 1024)),
-            action: "LoadPolicy".into(),
-            secondary: None,
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", key.name, now.as_nanosecond())),
+                namespace: Some(key.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("LoadPolicy".into()),
+            reason: Some(reason.into()),
+            note: Some(truncate(note, 1024)),
+            type_: Some(type_.into()),
+            regarding: Some(cm.object_ref(&())),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(
+                self.config
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| REPORTING_CONTROLLER.into()),
+            ),
+            ..Event::default()
         };
-        if let Err(e) = self.recorder.publish(&event, &cm.object_ref(&())).await {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(configmap = %key, error = %e, "could not publish the policy event");
         }
     }
 }
+
+/// Who reports the policy events.
+const REPORTING_CONTROLLER: &str = "tfjob-operator-policies";
 
 fn all_ready(stores: &[Store<ConfigMap>]) -> bool {
     // A reflector store is ready once its first list has been applied.

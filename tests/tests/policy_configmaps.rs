@@ -1,0 +1,1067 @@
+//! Policies shipped as ConfigMaps, end to end: the embedded cluster with the real operator,
+//! ConfigMaps written through the API with kube-rs, and the effect read off the pods, the
+//! `policy.tfjob.dev/status` annotation and the events.
+//!
+//! Every test starts its own cluster (the compiled default policies are shared), so each may
+//! replace the default policies freely. The hot-swap test measures a latency, so it runs alone;
+//! the others may run beside each other. Waits poll with a generous timeout; where a test checks
+//! that something does *not* happen, it first makes the policy sync prove it has looked (a probe
+//! ConfigMap created afterwards in the same namespace has been loaded).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tfjob_api::{JobConditionType, TFJob};
+use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_operator::policy_setup::{Policies, PolicyArgs};
+use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
+use tfjob_policy_engine::{
+    APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode,
+    SandboxLimits, defaults,
+};
+
+/// Longest wait for any single expected state.
+const WAIT: Duration = Duration::from_secs(60);
+/// Interval between two looks at the API.
+const POLL: Duration = Duration::from_millis(50);
+/// What the issue allows between updating a policy ConfigMap and new pods showing it.
+const SWAP_LIMIT: Duration = Duration::from_secs(2);
+/// The namespace the operator takes policy ConfigMaps from (the embedded cluster's default).
+const POLICY_NS: &str = "tfjob-system";
+const IMAGE: &str = "kubeflow/tf-dist-mnist-test:1.0";
+const DECORATE: &str = "default-decorate";
+const RESOURCES: &str = "default-resources";
+
+// ---------------------------------------------------------------------------------------------
+// Clusters
+
+/// The default policies, compiled once for every cluster of this file.
+fn policies() -> Arc<Policies> {
+    static POLICIES: OnceLock<Arc<Policies>> = OnceLock::new();
+    Arc::clone(POLICIES.get_or_init(|| {
+        Arc::new(
+            Policies::load(&PolicyArgs::default(), SandboxLimits::default())
+                .expect("the default policies load"),
+        )
+    }))
+}
+
+/// Tests that measure time take this exclusively; the others share it.
+fn turns() -> &'static RwLock<()> {
+    static TURNS: RwLock<()> = RwLock::new(());
+    &TURNS
+}
+
+/// Runs `body` against a fresh cluster on its own runtime; alone when `exclusive`.
+fn with_cluster<F, Fut>(exclusive: bool, body: F)
+where
+    F: FnOnce(Env) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let lock = turns();
+    let _alone = exclusive.then(|| lock.write().unwrap_or_else(PoisonError::into_inner));
+    let _shared = (!exclusive).then(|| lock.read().unwrap_or_else(PoisonError::into_inner));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    runtime.block_on(async move {
+        let mut options = ClusterOptions::new(policies());
+        options.kubelet = KubeletConfig {
+            nodes: 2,
+            cpu: "128".into(),
+            memory: "512Gi".into(),
+            gpus_per_node: 0,
+            default_duration: Duration::from_millis(300),
+            startup: Duration::from_millis(20),
+        };
+        let cluster = EmbeddedCluster::start(options)
+            .await
+            .expect("the embedded cluster starts");
+        let env = Env {
+            client: cluster.client(),
+            _cluster: cluster,
+        };
+        env.namespace(POLICY_NS).await;
+        body(env).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policies as ConfigMaps
+
+/// The bytes of the embedded default policy `name`.
+fn module(name: &str) -> &'static [u8] {
+    defaults::find(name)
+        .unwrap_or_else(|| panic!("{name} is a default policy"))
+        .wasm
+}
+
+/// The manifest the operator gives the default policy `name`, with `settings` merged over its
+/// default settings.
+fn default_manifest(name: &str, settings: Value) -> PolicyManifest {
+    let d = defaults::find(name).unwrap_or_else(|| panic!("{name} is a default policy"));
+    let mut manifest = defaults::manifest(d);
+    if let (Value::Object(base), Value::Object(extra)) = (&mut manifest.settings, settings) {
+        base.extend(extra);
+    }
+    manifest
+}
+
+/// The default decoration, plus `labels` on every pod.
+fn decorate_with_labels(labels: Value) -> PolicyManifest {
+    default_manifest(DECORATE, json!({"defaultLabels": labels}))
+}
+
+/// A ConfigMap of `manifest` and `wasm` in `namespace`, as `policy pack` makes it.
+fn pack_in(manifest: PolicyManifest, wasm: &[u8], namespace: &str, gzip: bool) -> ConfigMap {
+    configmap::pack(manifest, wasm, namespace, gzip).expect("the policy packs")
+}
+
+fn pack(manifest: PolicyManifest, wasm: &[u8]) -> ConfigMap {
+    pack_in(manifest, wasm, POLICY_NS, false)
+}
+
+/// `cm` under another ConfigMap name.
+fn renamed(mut cm: ConfigMap, name: &str) -> ConfigMap {
+    cm.metadata.name = Some(name.to_owned());
+    cm
+}
+
+/// `cm` with its module (the `policy.wasm` key) replaced by `wasm`, the manifest untouched.
+fn with_module(mut cm: ConfigMap, wasm: &[u8]) -> ConfigMap {
+    cm.binary_data = Some(BTreeMap::from([(
+        configmap::WASM_KEY.to_owned(),
+        ByteString(wasm.to_vec()),
+    )]));
+    cm
+}
+
+/// sha256 (hex) of `wasm`, as the operator computes it.
+fn digest(wasm: &[u8]) -> String {
+    let cm = pack(
+        PolicyManifest {
+            name: "digest".into(),
+            hooks: vec![Hook::Decorate],
+            ..PolicyManifest::default()
+        },
+        wasm,
+    );
+    configmap::read_configmap(&cm)
+        .expect("a packed ConfigMap reads back")
+        .digest
+}
+
+/// Bytes that are no Wasm component at all.
+const CORRUPT_MODULE: &[u8] = b"\0asm\x0d\0\x01\0 this is not a component, only its first bytes";
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+/// A TFJob of one worker that runs briefly and succeeds, with `labels`.
+fn tfjob(name: &str, labels: &[(&str, &str)]) -> TFJob {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    serde_json::from_value(json!({
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"tfReplicaSpecs": {"Worker": {
+            "replicas": 1,
+            "restartPolicy": "Never",
+            "template": {
+                "metadata": {"annotations": {"sim.tfjob.dev/duration": "300ms"}},
+                "spec": {"containers": [{"name": "tensorflow", "image": IMAGE}]},
+            },
+        }}},
+    }))
+    .unwrap_or_else(|e| panic!("TFJob {name} is well formed: {e}"))
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn env_var(pod: &Pod, name: &str) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "tensorflow")?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+fn cpu_request(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "tensorflow")?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("cpu")
+        .map(|q| q.0.clone())
+}
+
+fn applied(pod: &Pod) -> String {
+    pod.annotations()
+        .get(APPLIED_ANNOTATION)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn succeeded(job: &TFJob) -> bool {
+    job.status
+        .as_ref()
+        .is_some_and(|s| s.is_true(JobConditionType::Succeeded))
+}
+
+/// `(type, reason, note)` of an event.
+fn summary(e: Event) -> (String, String, String) {
+    (
+        e.type_.unwrap_or_default(),
+        e.reason.unwrap_or_default(),
+        e.note.unwrap_or_default(),
+    )
+}
+
+/// How many times an event was observed (a repeated event is one object with a series).
+fn occurrences(e: &Event) -> i32 {
+    e.series.as_ref().map_or(1, |s| s.count)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster as the tests see it: through the API
+
+struct Env {
+    client: Client,
+    // Dropped last: aborts the operator, the kubelet and the server.
+    _cluster: EmbeddedCluster,
+}
+
+/// Polls `check` every [`POLL`] until it gives a value, for at most `timeout`.
+async fn until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}; last seen: {last}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+impl Env {
+    async fn namespace(&self, name: &str) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+            Err(e) => panic!("creating namespace {name}: {e}"),
+        }
+    }
+
+    fn configmaps(&self, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn jobs(&self, namespace: &str) -> Api<TFJob> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    // --- ConfigMaps -------------------------------------------------------------------------
+
+    async fn create_cm(&self, cm: &ConfigMap) -> ConfigMap {
+        let ns = cm.namespace().expect("packed ConfigMaps have a namespace");
+        self.configmaps(&ns)
+            .create(&PostParams::default(), cm)
+            .await
+            .unwrap_or_else(|e| panic!("creating ConfigMap {ns}/{}: {e}", cm.name_any()))
+    }
+
+    /// Replaces the content (data and binaryData) of the existing ConfigMap of `cm`'s name.
+    async fn update_cm(&self, cm: &ConfigMap) -> ConfigMap {
+        let ns = cm.namespace().expect("packed ConfigMaps have a namespace");
+        let patch = json!({"data": cm.data, "binaryData": cm.binary_data});
+        self.configmaps(&ns)
+            .patch(
+                &cm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("updating ConfigMap {ns}/{}: {e}", cm.name_any()))
+    }
+
+    async fn delete_cm(&self, namespace: &str, name: &str) {
+        self.configmaps(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting ConfigMap {namespace}/{name}: {e}"));
+    }
+
+    /// The status annotation of a ConfigMap: `None` without one.
+    async fn status(&self, namespace: &str, name: &str) -> Option<PolicyStatus> {
+        let cm = self
+            .configmaps(namespace)
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("reading ConfigMap {namespace}/{name}: {e}"));
+        PolicyStatus::of(&cm).map(|s| {
+            s.unwrap_or_else(|e| panic!("the status of {namespace}/{name} is not valid JSON: {e}"))
+        })
+    }
+
+    /// Waits until the status of policy ConfigMap `name` satisfies `done`.
+    async fn until_status(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&PolicyStatus) -> bool,
+    ) -> PolicyStatus {
+        until(&format!("{what} on ConfigMap {name}"), WAIT, || async {
+            match self.status(POLICY_NS, name).await {
+                Some(s) if done(&s) => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+
+    async fn until_active(&self, name: &str, digest: &str) -> PolicyStatus {
+        let status = self
+            .until_status(name, "state Active", |s| s.state == PolicyState::Active)
+            .await;
+        assert_eq!(status.digest.as_deref(), Some(digest), "{name}: {status:?}");
+        assert_eq!(status.error, None, "{name}: {status:?}");
+        assert!(status.loaded_at.is_some(), "{name}: {status:?}");
+        status
+    }
+
+    /// `(reason, note, occurrences)` of the events about ConfigMap `namespace/name`.
+    async fn cm_events(&self, namespace: &str, name: &str) -> Vec<(String, String, i32)> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing events of {namespace}: {e}"));
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("ConfigMap") && r.name.as_deref() == Some(name)
+                })
+            })
+            .map(|e| {
+                let count = occurrences(&e);
+                let (_, reason, note) = summary(e);
+                (reason, note, count)
+            })
+            .collect()
+    }
+
+    /// Waits for an event about policy ConfigMap `name` with `reason` whose note contains
+    /// `text`; returns the note.
+    async fn until_cm_event(&self, name: &str, reason: &str, text: &str) -> String {
+        let what = format!("event {reason} containing {text:?} on ConfigMap {name}");
+        until(&what, WAIT, || async {
+            let events = self.cm_events(POLICY_NS, name).await;
+            events
+                .iter()
+                .find(|(r, note, _)| r == reason && note.contains(text))
+                .map(|(_, note, _)| note.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        })
+        .await
+    }
+
+    /// Proves the policy sync has handled every change made so far to the policy namespace: it
+    /// handles them in order, so once a ConfigMap created now is loaded, every earlier change
+    /// has been too. The probe selects no job.
+    async fn settle(&self, probe: &str) {
+        let manifest = PolicyManifest {
+            name: probe.to_owned(),
+            hooks: vec![Hook::Decorate],
+            failure_policy: FailurePolicy::Ignore,
+            selector: JobSelector {
+                match_labels: BTreeMap::from([("probe".to_owned(), "never".to_owned())]),
+                ..JobSelector::default()
+            },
+            ..PolicyManifest::default()
+        };
+        let cm = self.create_cm(&pack(manifest, module(DECORATE))).await;
+        self.until_active(&cm.name_any(), &digest(module(DECORATE)))
+            .await;
+    }
+
+    // --- Jobs -------------------------------------------------------------------------------
+
+    async fn submit(&self, namespace: &str, name: &str, labels: &[(&str, &str)]) {
+        self.jobs(namespace)
+            .create(&PostParams::default(), &tfjob(name, labels))
+            .await
+            .unwrap_or_else(|e| panic!("creating TFJob {namespace}/{name}: {e}"));
+    }
+
+    /// Submits a job and returns its worker pod once created.
+    async fn run_job(&self, namespace: &str, name: &str) -> Pod {
+        self.submit(namespace, name, &[]).await;
+        self.until_pod(namespace, name).await
+    }
+
+    async fn until_pod(&self, namespace: &str, job: &str) -> Pod {
+        let pod = format!("{job}-worker-0");
+        until(&format!("pod {namespace}/{pod}"), WAIT, || async {
+            match self.pods(namespace).get_opt(&pod).await {
+                Ok(Some(p)) => Ok(p),
+                Ok(None) => Err(self.job_report(namespace, job).await),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+    }
+
+    async fn until_succeeded(&self, namespace: &str, job: &str) {
+        until(
+            &format!("TFJob {namespace}/{job} Succeeded"),
+            WAIT,
+            || async {
+                match self.jobs(namespace).get(job).await {
+                    Ok(j) if succeeded(&j) => Ok(()),
+                    _ => Err(self.job_report(namespace, job).await),
+                }
+            },
+        )
+        .await;
+    }
+
+    /// `(type, reason, note)` of the events about TFJobs in `namespace`, with the job's name.
+    async fn job_events(&self, namespace: &str) -> Vec<(String, String, String, String)> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing events of {namespace}: {e}"));
+        list.items
+            .into_iter()
+            .filter_map(|e| {
+                let r = e.regarding.as_ref()?;
+                if r.kind.as_deref() != Some("TFJob") {
+                    return None;
+                }
+                let job = r.name.clone().unwrap_or_default();
+                let (t, reason, note) = summary(e);
+                Some((job, t, reason, note))
+            })
+            .collect()
+    }
+
+    async fn events_of(&self, namespace: &str, job: &str) -> Vec<(String, String, String)> {
+        self.job_events(namespace)
+            .await
+            .into_iter()
+            .filter(|(j, ..)| j == job)
+            .map(|(_, t, r, n)| (t, r, n))
+            .collect()
+    }
+
+    async fn until_job_event(&self, namespace: &str, job: &str, reason: &str) -> String {
+        let what = format!("event {reason} on TFJob {namespace}/{job}");
+        until(&what, WAIT, || async {
+            let events = self.events_of(namespace, job).await;
+            events
+                .iter()
+                .find(|(_, r, _)| r == reason)
+                .map(|(_, _, note)| note.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        })
+        .await
+    }
+
+    /// The job's status and events, for failure messages.
+    async fn job_report(&self, namespace: &str, job: &str) -> String {
+        let status = match self.jobs(namespace).get_opt(job).await {
+            Ok(Some(j)) => serde_json::to_string(&j.status).unwrap_or_default(),
+            Ok(None) => "no such job".into(),
+            Err(e) => format!("reading the job failed: {e}"),
+        };
+        let events = self.events_of(namespace, job).await;
+        format!("status {status}; events {events:?}")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+/// Updating a policy ConfigMap reaches newly created pods within two seconds, while jobs keep
+/// arriving; no reconcile fails on the way and every job runs to success.
+#[test]
+fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriving() {
+    with_cluster(true, |env| async move {
+        let ns = "swap";
+        env.namespace(ns).await;
+        let first = pack(
+            decorate_with_labels(json!({"policy-rev": "v1"})),
+            module(DECORATE),
+        );
+        let cm = env.create_cm(&first).await.name_any();
+        env.until_active(&cm, &digest(module(DECORATE))).await;
+
+        // Small jobs, one after the other, for the whole test.
+        let stop = Arc::new(AtomicBool::new(false));
+        let submitter = {
+            let jobs = env.jobs(ns);
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut names = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("load-{}", names.len());
+                    if let Err(e) = jobs
+                        .create(&PostParams::default(), &tfjob(&name, &[]))
+                        .await
+                    {
+                        panic!("creating TFJob {ns}/{name}: {e}");
+                    }
+                    names.push(name);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                names
+            })
+        };
+        let pods = env.pods(ns);
+        let count = |selector: String| {
+            let pods = pods.clone();
+            async move {
+                pods.list(&ListParams::default().labels(&selector))
+                    .await
+                    .map(|l| l.items.len())
+                    .unwrap_or_else(|e| panic!("listing pods {selector}: {e}"))
+            }
+        };
+        until("pods of the first version", WAIT, || async {
+            let n = count("policy-rev=v1".into()).await;
+            if n >= 5 {
+                Ok(())
+            } else {
+                Err(format!("{n} pods"))
+            }
+        })
+        .await;
+
+        let mut latencies = Vec::new();
+        for rev in ["v2", "v3", "v4"] {
+            let next = pack(
+                decorate_with_labels(json!({"policy-rev": rev})),
+                module(DECORATE),
+            );
+            let selector = format!("policy-rev={rev}");
+            let started = Instant::now();
+            env.update_cm(&next).await;
+            let latency = until(&format!("a pod decorated by {rev}"), WAIT, || async {
+                if count(selector.clone()).await > 0 {
+                    Ok(started.elapsed())
+                } else {
+                    Err("none yet".into())
+                }
+            })
+            .await;
+            println!("policy update to {rev}: first pod decorated by it after {latency:?}");
+            latencies.push((rev, latency));
+            // Let the new version serve a few pods before the next update.
+            until(&format!("pods of {rev}"), WAIT, || async {
+                let n = count(selector.clone()).await;
+                if n >= 5 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} pods"))
+                }
+            })
+            .await;
+            let status = env
+                .until_status(&cm, "state Active", |s| s.state == PolicyState::Active)
+                .await;
+            assert_eq!(status.error, None, "{status:?}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let submitted = submitter.await.expect("the submitter finishes");
+
+        for job in &submitted {
+            env.until_succeeded(ns, job).await;
+        }
+        let failures: Vec<_> = env
+            .job_events(ns)
+            .await
+            .into_iter()
+            .filter(|(_, t, reason, _)| t == "Warning" || reason == "PolicyFailed")
+            .collect();
+        assert!(failures.is_empty(), "reconciles failed: {failures:?}");
+        // Every pod was decorated by one version or the next: never by none.
+        let all = pods
+            .list(&ListParams::default())
+            .await
+            .expect("listing pods")
+            .items;
+        assert_eq!(all.len(), submitted.len(), "one pod per job");
+        for pod in &all {
+            let rev = label(pod, "policy-rev");
+            assert!(
+                matches!(rev, Some("v1" | "v2" | "v3" | "v4")),
+                "pod {} has policy-rev {rev:?}",
+                pod.name_any()
+            );
+            assert_eq!(
+                env_var(pod, "TFJOB_NAME").as_deref(),
+                label(pod, "training.kubeflow.org/job-name"),
+                "pod {}",
+                pod.name_any()
+            );
+        }
+        println!("{} jobs submitted during the updates", submitted.len());
+        for (rev, latency) in latencies {
+            assert!(
+                latency < SWAP_LIMIT,
+                "the update to {rev} took {latency:?} to reach a new pod (limit {SWAP_LIMIT:?})"
+            );
+        }
+    });
+}
+
+/// A corrupt module, a module without a declared hook, a digest that does not match the pin
+/// and settings the policy refuses: each update is rejected with its cause on the ConfigMap
+/// (annotation and event), and the previous version keeps serving. Each case has a ConfigMap
+/// of its own, so that each rejection is the first event of its ConfigMap.
+#[test]
+fn rejected_updates_keep_the_previous_version_serving() {
+    with_cluster(false, |env| async move {
+        let ns = "keep";
+        env.namespace(ns).await;
+        let decorate_digest = digest(module(DECORATE));
+        let resources_digest = digest(module(RESOURCES));
+        // A decoration policy that labels pods `<name>: <value>`.
+        let labelling = |name: &str, order: i32, value: &str| PolicyManifest {
+            name: name.to_owned(),
+            hooks: vec![Hook::Decorate],
+            order,
+            settings: json!({"defaultLabels": {name: value}}),
+            ..PolicyManifest::default()
+        };
+        let resources = |cpu: &str| {
+            default_manifest(RESOURCES, json!({"defaults": {"requests": {"cpu": cpu}}}))
+        };
+        let decorating = ["keep-corrupt", "keep-hook", "keep-digest"];
+        for (order, name) in (10..).zip(decorating) {
+            let cm = env
+                .create_cm(&pack(labelling(name, order, "good"), module(DECORATE)))
+                .await;
+            env.until_active(&cm.name_any(), &decorate_digest).await;
+        }
+        let cm = env
+            .create_cm(&pack(resources("500m"), module(RESOURCES)))
+            .await;
+        env.until_active(&cm.name_any(), &resources_digest).await;
+        let check_pod = |pod: &Pod, when: &str| {
+            for name in decorating {
+                assert_eq!(label(pod, name), Some("good"), "{when}: label {name}");
+                assert!(
+                    applied(pod).contains(&format!("{name}@{}", &decorate_digest[..12])),
+                    "{when}: {}",
+                    applied(pod)
+                );
+            }
+            assert_eq!(cpu_request(pod).as_deref(), Some("500m"), "{when}: cpu");
+            assert!(
+                applied(pod).contains(&format!("{RESOURCES}@{}", &resources_digest[..12])),
+                "{when}: {}",
+                applied(pod)
+            );
+        };
+        let pod = env.run_job(ns, "before").await;
+        check_pod(&pod, "before the updates");
+
+        let cases = [
+            (
+                pack(labelling("keep-corrupt", 10, "bad"), CORRUPT_MODULE),
+                &decorate_digest,
+                "the module does not load".to_owned(),
+            ),
+            (
+                // The resources module declared as a decoration policy.
+                pack(labelling("keep-hook", 11, "bad"), module(RESOURCES)),
+                &decorate_digest,
+                "manifest field hooks: declares decorate but the module does not export \
+                 tfjob:policy/decorate@0.1.0"
+                    .to_owned(),
+            ),
+            (
+                // Pinned to the resources module's digest, shipping the decoration module.
+                with_module(
+                    pack(labelling("keep-digest", 12, "bad"), module(RESOURCES)),
+                    module(DECORATE),
+                ),
+                &decorate_digest,
+                format!(
+                    "manifest field sha256: expected {resources_digest} but the module's \
+                     digest is {decorate_digest}"
+                ),
+            ),
+            (
+                pack(resources("lots"), module(RESOURCES)),
+                &resources_digest,
+                "manifest field settings".to_owned(),
+            ),
+        ];
+        for (update, serving, cause) in cases {
+            let cm = update.name_any();
+            let updated = env.update_cm(&update).await;
+            let status = env
+                .until_status(&cm, &format!("state Rejected naming {cause:?}"), |s| {
+                    s.state == PolicyState::Rejected
+                        && s.error.as_deref().is_some_and(|e| e.contains(&cause))
+                })
+                .await;
+            let error = status.error.clone().unwrap_or_default();
+            assert!(error.contains("still serves"), "[{cm}] {status:?}");
+            assert_eq!(
+                status.digest.as_deref(),
+                Some(serving.as_str()),
+                "[{cm}] the digest still serving: {status:?}"
+            );
+            let version: u64 = status
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("[{cm}] a resourceVersion: {status:?}"));
+            let sent: u64 = updated.resource_version().unwrap().parse().unwrap();
+            assert!(
+                version >= sent,
+                "[{cm}] status about {version}, update {sent}"
+            );
+            let note = env.until_cm_event(&cm, "PolicyRejected", &cause).await;
+            assert!(note.contains("still serves"), "[{cm}] {note}");
+        }
+        // A second rejection of the same ConfigMap is an event of its own, naming its own cause
+        // (not merged into the first one's series).
+        let again = pack(labelling("keep-corrupt", 10, "worse"), module(RESOURCES));
+        env.update_cm(&again).await;
+        let note = env
+            .until_cm_event(
+                &again.name_any(),
+                "PolicyRejected",
+                "declares decorate but the module does not export",
+            )
+            .await;
+        assert!(note.contains("still serves"), "{note}");
+
+        // The settings error names the field the policy refused.
+        let status = env
+            .status(POLICY_NS, &configmap::configmap_name(RESOURCES))
+            .await
+            .unwrap();
+        assert!(
+            status
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("defaults.requests"),
+            "{status:?}"
+        );
+
+        let pod = env.run_job(ns, "after").await;
+        check_pod(&pod, "after the rejected updates");
+        env.until_succeeded(ns, "after").await;
+    });
+}
+
+/// A shadow policy of the default decoration's name with other settings reports what it would
+/// do differently on the job, and the pods stay as the enforced policy shapes them.
+#[test]
+fn a_shadow_policy_reports_disagreements_without_changing_pods() {
+    with_cluster(false, |env| async move {
+        let ns = "shadow";
+        env.namespace(ns).await;
+        let mut manifest = decorate_with_labels(
+            json!({"shadow-rev": "candidate", "tfjob.dev/shadow": "prefixed"}),
+        );
+        manifest.mode = PolicyMode::Shadow;
+        let cm = env
+            .create_cm(&renamed(
+                pack(manifest, module(DECORATE)),
+                "tfjob-policy-default-decorate-shadow",
+            ))
+            .await
+            .name_any();
+        env.until_active(&cm, &digest(module(DECORATE))).await;
+
+        let pod = env.run_job(ns, "watched").await;
+        let note = env
+            .until_job_event(ns, "watched", "PolicyShadowDisagreement")
+            .await;
+        for part in [
+            "shadow policy default-decorate@",
+            "Worker pods",
+            "metadata.labels.shadow-rev",
+            // A prefixed key is named whole, with its value.
+            "metadata.labels[\"tfjob.dev/shadow\"]",
+            "enforced: null, null",
+            "shadow: \"candidate\", \"prefixed\"",
+        ] {
+            assert!(note.contains(part), "{part:?} in {note:?}");
+        }
+        assert_eq!(
+            label(&pod, "shadow-rev"),
+            None,
+            "the shadow changed the pod"
+        );
+        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("watched"));
+        env.until_succeeded(ns, "watched").await;
+        let pod = env.until_pod(ns, "watched").await;
+        assert_eq!(label(&pod, "shadow-rev"), None);
+    });
+}
+
+/// Deleting the ConfigMap that replaced a default policy brings the default back.
+#[test]
+fn deleting_a_replacement_restores_the_default_policy() {
+    with_cluster(false, |env| async move {
+        let ns = "restore";
+        env.namespace(ns).await;
+        let replacement = pack(
+            decorate_with_labels(json!({"policy-rev": "replaced"})),
+            module(DECORATE),
+        );
+        let cm = env.create_cm(&replacement).await.name_any();
+        env.until_active(&cm, &digest(module(DECORATE))).await;
+        let pod = env.run_job(ns, "replaced").await;
+        assert_eq!(label(&pod, "policy-rev"), Some("replaced"));
+
+        env.delete_cm(POLICY_NS, &cm).await;
+        env.settle("probe-after-delete").await;
+        let pod = env.run_job(ns, "restored").await;
+        assert_eq!(label(&pod, "policy-rev"), None, "the default decorates");
+        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("restored"));
+        assert!(
+            applied(&pod).contains(&format!("{DECORATE}@")),
+            "{}",
+            applied(&pod)
+        );
+        env.until_succeeded(ns, "restored").await;
+    });
+}
+
+/// A labelled policy ConfigMap outside the policy namespaces is not a policy: no status, no
+/// effect.
+#[test]
+fn a_policy_configmap_outside_the_policy_namespaces_is_ignored() {
+    with_cluster(false, |env| async move {
+        let ns = "team-a";
+        env.namespace(ns).await;
+        let rogue = pack_in(
+            decorate_with_labels(json!({"policy-rev": "rogue"})),
+            module(DECORATE),
+            ns,
+            false,
+        );
+        let cm = env.create_cm(&rogue).await.name_any();
+        env.settle("probe-after-rogue").await;
+
+        let pod = env.run_job(ns, "plain").await;
+        assert_eq!(label(&pod, "policy-rev"), None, "the rogue policy applied");
+        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("plain"));
+        env.until_succeeded(ns, "plain").await;
+        let annotations = env
+            .configmaps(ns)
+            .get(&cm)
+            .await
+            .expect("the ConfigMap exists")
+            .annotations()
+            .clone();
+        assert!(
+            !annotations.contains_key(STATUS_ANNOTATION),
+            "status written on {ns}/{cm}: {annotations:?}"
+        );
+        let events = env.cm_events(ns, &cm).await;
+        assert!(events.is_empty(), "events on {ns}/{cm}: {events:?}");
+    });
+}
+
+/// Two ConfigMaps of one policy: the newer serves and the older is superseded; deleting the
+/// newer rolls back to the older.
+#[test]
+fn the_newest_configmap_of_a_policy_serves_and_deleting_it_rolls_back() {
+    with_cluster(false, |env| async move {
+        let ns = "rollback";
+        env.namespace(ns).await;
+        let team = |rev: &str| PolicyManifest {
+            name: "team-labels".into(),
+            hooks: vec![Hook::Decorate],
+            order: 10,
+            settings: json!({"defaultLabels": {"team-rev": rev}}),
+            ..PolicyManifest::default()
+        };
+        let wasm = module(DECORATE);
+        // Named so that the name order is the opposite of the creation order.
+        let older = renamed(pack_in(team("one"), wasm, POLICY_NS, true), "team-labels-b");
+        let newer = renamed(pack_in(team("two"), wasm, POLICY_NS, true), "team-labels-a");
+
+        let created = env.create_cm(&older).await;
+        env.until_active("team-labels-b", &digest(wasm)).await;
+        let pod = env.run_job(ns, "first").await;
+        assert_eq!(label(&pod, "team-rev"), Some("one"));
+        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("first"));
+
+        // Creation times have a resolution of a second: make the newer one visibly newer.
+        let at = created
+            .metadata
+            .creation_timestamp
+            .expect("a creation timestamp")
+            .0;
+        until("the next second", WAIT, || async {
+            let now = Timestamp::now();
+            if now >= at + SignedDuration::from_millis(1100) {
+                Ok(())
+            } else {
+                Err(format!("{now}"))
+            }
+        })
+        .await;
+        env.create_cm(&newer).await;
+        env.until_active("team-labels-a", &digest(wasm)).await;
+        let superseded = env
+            .until_status("team-labels-b", "state Superseded", |s| {
+                s.state == PolicyState::Superseded
+            })
+            .await;
+        assert!(
+            superseded
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("tfjob-system/team-labels-a")),
+            "{superseded:?}"
+        );
+        assert_eq!(superseded.digest.as_deref(), Some(digest(wasm).as_str()));
+        env.until_cm_event("team-labels-b", "PolicySuperseded", "team-labels-a")
+            .await;
+        let pod = env.run_job(ns, "second").await;
+        assert_eq!(label(&pod, "team-rev"), Some("two"));
+
+        env.delete_cm(POLICY_NS, "team-labels-a").await;
+        env.until_active("team-labels-b", &digest(wasm)).await;
+        // Active, superseded, active again: the second PolicyActive repeats the first.
+        until("PolicyActive twice on team-labels-b", WAIT, || async {
+            let events = env.cm_events(POLICY_NS, "team-labels-b").await;
+            let actives: i32 = events
+                .iter()
+                .filter(|(r, _, _)| r == "PolicyActive")
+                .map(|(_, _, n)| n)
+                .sum();
+            if actives >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{events:?}"))
+            }
+        })
+        .await;
+        let pod = env.run_job(ns, "third").await;
+        assert_eq!(label(&pod, "team-rev"), Some("one"));
+        env.until_succeeded(ns, "third").await;
+    });
+}
+
+/// A `Fail` policy that never loaded holds the jobs it selects (no pods, a `PolicyFailed`
+/// event saying it is not loaded) while other jobs run; once a version loads they proceed.
+#[test]
+fn a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads() {
+    with_cluster(false, |env| async move {
+        let ns = "gate";
+        env.namespace(ns).await;
+        let gatekeeper = PolicyManifest {
+            name: "gatekeeper".into(),
+            hooks: vec![Hook::Decorate],
+            order: 5,
+            failure_policy: FailurePolicy::Fail,
+            selector: JobSelector {
+                match_labels: BTreeMap::from([("gated".to_owned(), "yes".to_owned())]),
+                ..JobSelector::default()
+            },
+            settings: json!({"defaultLabels": {"gate": "passed"}}),
+            ..PolicyManifest::default()
+        };
+        let broken = pack(gatekeeper.clone(), CORRUPT_MODULE);
+        let cm = env.create_cm(&broken).await.name_any();
+        let status = env
+            .until_status(&cm, "state Rejected", |s| s.state == PolicyState::Rejected)
+            .await;
+        let error = status.error.clone().unwrap_or_default();
+        assert!(error.contains("never loaded"), "{status:?}");
+        assert!(error.contains("the module does not load"), "{status:?}");
+        assert_eq!(status.digest, None, "{status:?}");
+        env.until_cm_event(&cm, "PolicyRejected", "never loaded")
+            .await;
+
+        env.submit(ns, "gated", &[("gated", "yes")]).await;
+        env.submit(ns, "free", &[]).await;
+        let note = env.until_job_event(ns, "gated", "PolicyFailed").await;
+        assert!(
+            note.contains("gatekeeper") && note.contains("not loaded"),
+            "{note}"
+        );
+        // The free job runs to the end; by then the gated one has been looked at too.
+        env.until_succeeded(ns, "free").await;
+        let pod = env.until_pod(ns, "free").await;
+        assert_eq!(label(&pod, "gate"), None);
+        let held = env
+            .pods(ns)
+            .list(&ListParams::default().labels("training.kubeflow.org/job-name=gated"))
+            .await
+            .expect("listing pods")
+            .items;
+        assert!(held.is_empty(), "the gated job has pods");
+        let events = env.events_of(ns, "free").await;
+        assert!(
+            !events.iter().any(|(_, r, _)| r.starts_with("Policy")),
+            "{events:?}"
+        );
+
+        let fixed_at = Instant::now();
+        env.update_cm(&pack(gatekeeper, module(DECORATE))).await;
+        env.until_active(&cm, &digest(module(DECORATE))).await;
+        let pod = env.until_pod(ns, "gated").await;
+        println!(
+            "the gated job got its pod {:?} after the policy was fixed",
+            fixed_at.elapsed()
+        );
+        assert_eq!(label(&pod, "gate"), Some("passed"));
+        assert!(applied(&pod).contains("gatekeeper@"), "{}", applied(&pod));
+        env.until_succeeded(ns, "gated").await;
+    });
+}
