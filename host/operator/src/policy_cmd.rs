@@ -14,7 +14,6 @@ use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
-use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tfjob_planner::PodContext;
@@ -516,19 +515,7 @@ fn list(args: &ListArgs) -> anyhow::Result<String> {
 }
 
 async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMap>> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig found and not running in a cluster")?,
-    };
-    let client = kube::Client::try_from(config).context("creating the Kubernetes client")?;
+    let client = crate::run::client(args.kubeconfig.as_deref()).await?;
     let api: Api<ConfigMap> = if args.all_namespaces {
         Api::all(client)
     } else {

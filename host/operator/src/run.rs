@@ -27,7 +27,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..SandboxLimits::default()
     };
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
-    let client = client(&args).await?;
+    let client = client(args.kubeconfig.as_deref()).await?;
     let config = OperatorConfig {
         namespace: args.namespace.clone(),
         threads: args.threads,
@@ -46,8 +46,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// The kubeconfig given by flag or `$KUBECONFIG`, else the usual inference
 /// (`~/.kube/config`, then in-cluster service account).
-async fn client(args: &RunArgs) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
