@@ -1002,7 +1002,10 @@ fn replica_count_changes_alone_wait_for_the_batch_window_but_conditions_do_not()
     cluster.set("mnist-worker-1", running());
     let plan = cluster.reconcile(at_ms(600));
     assert!(plan.status.is_none(), "{:?}", plan.status);
-    assert_eq!(plan.requeue_after, Some(std::time::Duration::from_millis(700)));
+    assert_eq!(
+        plan.requeue_after,
+        Some(std::time::Duration::from_millis(700))
+    );
     let plan = cluster.reconcile(at_ms(1300));
     assert_eq!(counts(new_status(&plan), "Worker"), (2, 0, 0));
 
