@@ -386,6 +386,13 @@ impl Store {
         m.remove("deletionTimestamp");
         inner.objects.insert(key.clone(), obj.clone());
         self.record(&mut inner, t, &key.1, EventType::Added, obj.clone());
+        // The garbage collector's rule for a dependent whose owners are all gone already (a
+        // controller acting on a stale cache created it after the owner's deletion): it is
+        // collected at once, so nothing outlives its owner.
+        let owners: Vec<&Value> = owner_references(&obj).collect();
+        if !owners.is_empty() && owners.iter().all(|r| !owner_present(&inner, &key.1, r)) {
+            self.delete_locked(&mut inner, &key, obj.clone(), Propagation::Background);
+        }
         Ok(obj)
     }
 
@@ -877,6 +884,29 @@ fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
+/// Whether the owner an ownerReference names (by kind, name and uid, in the dependent's
+/// namespace or cluster-wide) exists. Looked up by key rather than by scanning for the uid.
+fn owner_present(inner: &Inner, namespace: &str, reference: &Value) -> bool {
+    let field = |f: &str| reference.get(f).and_then(Value::as_str).unwrap_or_default();
+    let (api_version, kind, name, uid) = (
+        field("apiVersion"),
+        field("kind"),
+        field("name"),
+        field("uid"),
+    );
+    inner
+        .types
+        .values()
+        .filter(|t| t.kind == kind && t.api_version() == api_version)
+        .any(|t| {
+            let ns = if t.namespaced { namespace } else { "" };
+            inner
+                .objects
+                .get(&(t.key(), ns.to_owned(), name.to_owned()))
+                .is_some_and(|o| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
+        })
+}
+
 /// The objects whose ownerReferences name `uid`.
 fn dependents(inner: &Inner, uid: &str) -> Vec<Key> {
     if uid.is_empty() {
@@ -1225,6 +1255,76 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn a_dependent_created_after_its_owner_is_gone_is_collected_at_once() {
+        let store = Store::new();
+        let (cms, pods) = (
+            store.resource("", "configmaps").unwrap(),
+            store.resource("", "pods").unwrap(),
+        );
+        let owner = store
+            .create(&cms, Some("ns"), json!({"metadata": {"name": "owner"}}))
+            .unwrap();
+        let reference = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"], "controller": true}]);
+        store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "kept", "ownerReferences": reference}}),
+            )
+            .unwrap();
+        store
+            .delete(&cms, Some("ns"), "owner", &DeleteOptions::default())
+            .unwrap();
+        assert!(
+            store.get(&pods, Some("ns"), "kept").is_err(),
+            "collected with its owner"
+        );
+        // Created late, naming the deleted owner: accepted, then collected.
+        let since = store.resource_version();
+        let late = store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "late", "ownerReferences": reference}}),
+            )
+            .unwrap();
+        assert_eq!(late["metadata"]["name"], "late");
+        assert!(store.get(&pods, Some("ns"), "late").is_err());
+        let (events, _) = store.watch("/pods", Some("ns"), since).unwrap();
+        let late_events: Vec<&str> = events
+            .iter()
+            .filter(|e| e.object["metadata"]["name"] == "late")
+            .map(|e| e.type_.as_str())
+            .collect();
+        assert_eq!(late_events, ["ADDED", "DELETED"]);
+        // An owner of the same name but another uid is not the owner.
+        store
+            .create(&cms, Some("ns"), json!({"metadata": {"name": "owner"}}))
+            .unwrap();
+        store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "stale", "ownerReferences": reference}}),
+            )
+            .unwrap();
+        assert!(store.get(&pods, Some("ns"), "stale").is_err());
+        // A live owner keeps it.
+        let live = store.get(&cms, Some("ns"), "owner").unwrap();
+        let live_ref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": live["metadata"]["uid"]}]);
+        store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "owned", "ownerReferences": live_ref}}),
+            )
+            .unwrap();
+        assert!(store.get(&pods, Some("ns"), "owned").is_ok());
     }
 
     #[test]
