@@ -11,13 +11,14 @@
 //! since the jobs were submitted. Waits poll with a generous timeout; nothing asserts on how
 //! long something took.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::serde::Serialize;
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{Api, ListParams, PostParams};
@@ -26,13 +27,13 @@ use serde_json::{Value, json};
 use tfjob_api::JobConditionType::{self, Failed, Succeeded};
 use tfjob_api::TFJob;
 use tfjob_cluster::Store;
-use tfjob_cluster::faults::{ErrorRule, FaultConfig, FaultStatus};
-use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_cluster::faults::{ErrorRule, FaultConfig, FaultCounts, FaultStatus};
 use tfjob_cluster::requests::Verb;
 use tfjob_cluster::store::EventType;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::{Policies, PolicyArgs};
-use tfjob_policy_engine::SandboxLimits;
+
+use common::{MAIN, is_true, phase, replica};
+use tfjob_conformance::{JOB_NAME, REPLICA_INDEX, REPLICA_TYPE};
 
 /// Longest wait for any single expected state. Under faults a failed reconcile is retried after
 /// the operator's 10 s error backoff (20 s, 40 s when it fails again), so this is generous.
@@ -42,44 +43,31 @@ const POLL: Duration = Duration::from_millis(100);
 /// How long a stopping operator may finish the reconciles in flight.
 const GRACE: Duration = Duration::from_secs(10);
 
-const JOB_NAME: &str = "training.kubeflow.org/job-name";
-const REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
-const REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
-const IMAGE: &str = "kubeflow/tf-dist-mnist-test:1.0";
-const MAIN: &str = "tensorflow";
-
 // ---------------------------------------------------------------------------------------------
 // The cluster
 
-/// A cluster with the default policies and room for every pod of a test at once, injecting
-/// `faults` from the start (so every watch the operator opens is subject to them).
-async fn start_cluster(faults: FaultConfig) -> EmbeddedCluster {
-    let policies = tokio::task::spawn_blocking(|| {
-        Policies::load(&PolicyArgs::default(), SandboxLimits::default())
-    })
-    .await
-    .expect("the policy loading task")
-    .expect("the default policies load");
-    let mut options = ClusterOptions::new(Arc::new(policies));
-    options.kubelet = KubeletConfig {
-        nodes: 4,
-        cpu: "64".into(),
-        memory: "256Gi".into(),
-        gpus_per_node: 0,
-        default_duration: Duration::from_secs(1),
-        startup: Duration::from_millis(50),
-    };
-    options.faults = faults;
-    EmbeddedCluster::start(options)
+/// Starts a cluster with the default policies and room for every pod of a test at once,
+/// injecting `faults` from the start (so every watch the operator opens is subject to them);
+/// creates namespace `ns` and submits the `expected` jobs there. Returns the cluster and the
+/// resourceVersion the audits read the history from.
+async fn submit(faults: FaultConfig, ns: &str, expected: &[Expected]) -> (EmbeddedCluster, u64) {
+    let policies = tokio::task::spawn_blocking(common::default_policies)
         .await
-        .expect("the embedded cluster starts")
-}
-
-async fn create_namespace(client: Client, name: &str) {
-    let namespaces: Api<Namespace> = Api::all(client);
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": name}})).expect("a namespace");
-    create(&namespaces, &namespace).await;
+        .expect("the policy loading task");
+    let mut options = ClusterOptions::new(policies);
+    options.kubelet = common::roomy_kubelet();
+    options.faults = faults;
+    let cluster = common::start_cluster(options).await;
+    let namespaces = Api::all(cluster.client());
+    create(&namespaces, &common::namespace(ns)).await;
+    let since = cluster.store().resource_version();
+    let api: Api<TFJob> = Api::namespaced(cluster.client(), ns);
+    let jobs: Vec<TFJob> = expected
+        .iter()
+        .map(|e| common::tfjob(e.name, e.spec.clone()))
+        .collect();
+    join_all(jobs.iter().map(|job| create(&api, job))).await;
+    (cluster, since)
 }
 
 /// Roughly one request in ten fails, spread over 500, 409 and 429 (with `Retry-After: 1`), on
@@ -146,51 +134,30 @@ where
 // ---------------------------------------------------------------------------------------------
 // Jobs and what they must end as
 
-/// A TFJob with this spec.
-fn tfjob(name: &str, spec: Value) -> TFJob {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .unwrap_or_else(|e| panic!("TFJob {name} is well formed: {e}"))
-}
-
-/// One replica spec: `replicas` pods under restart policy `policy`, scripted by `sim`
-/// (`("exit-code", "137")` is the annotation `sim.tfjob.dev/exit-code`).
-fn replica(replicas: i32, policy: &str, sim: &[(&str, &str)]) -> Value {
-    let annotations: serde_json::Map<String, Value> = sim
-        .iter()
-        .map(|(k, v)| (format!("sim.tfjob.dev/{k}"), json!(v)))
-        .collect();
-    json!({
-        "replicas": replicas,
-        "restartPolicy": policy,
-        "template": {
-            "metadata": {"annotations": annotations},
-            "spec": {"containers": [{"name": MAIN, "image": IMAGE}]},
-        },
-    })
-}
-
 /// One pod of a job over its whole life.
 #[derive(Clone, Debug)]
 struct PodPlan {
     /// `worker-0`: the pod is `<job>-worker-0`.
-    slot: &'static str,
+    slot: String,
     /// How often the operator creates it: once, plus once per restart it performs.
     created: u32,
     /// Container restarts the kubelet performs in place in its last incarnation.
-    in_place: i32,
+    in_place: u32,
 }
 
-fn pod(slot: &'static str) -> PodPlan {
+fn pod(slot: impl Into<String>) -> PodPlan {
     PodPlan {
-        slot,
+        slot: slot.into(),
         created: 1,
         in_place: 0,
     }
+}
+
+/// Pods `worker-0` (planned as `first`) to `worker-<n - 1>`, the others created once.
+fn worker_pods(first: PodPlan, n: i32) -> Vec<PodPlan> {
+    let mut pods = vec![first];
+    pods.extend((1..n).map(|i| pod(format!("worker-{i}"))));
+    pods
 }
 
 impl PodPlan {
@@ -199,7 +166,7 @@ impl PodPlan {
         self
     }
 
-    fn restarted_in_place(mut self, restarts: i32) -> PodPlan {
+    fn restarted_in_place(mut self, restarts: u32) -> PodPlan {
         self.in_place = restarts;
         self
     }
@@ -217,23 +184,30 @@ struct Expected {
 }
 
 impl Expected {
-    fn new(name: &'static str, spec: Value, outcome: JobConditionType) -> Expected {
+    /// A job of namespace `ns` that must succeed.
+    fn succeeds(ns: &str, name: &'static str, spec: Value) -> Expected {
         Expected {
             name,
             spec,
-            outcome,
-            message: String::new(),
+            outcome: Succeeded,
+            message: format!("TFJob {ns}/{name} successfully completed."),
             pods: Vec::new(),
         }
     }
 
-    fn message(mut self, text: impl Into<String>) -> Expected {
-        self.message = text.into();
-        self
+    /// A job that must fail with a message containing `message`.
+    fn fails(name: &'static str, spec: Value, message: impl Into<String>) -> Expected {
+        Expected {
+            name,
+            spec,
+            outcome: Failed,
+            message: message.into(),
+            pods: Vec::new(),
+        }
     }
 
-    fn pods(mut self, pods: &[PodPlan]) -> Expected {
-        self.pods = pods.to_vec();
+    fn pods(mut self, pods: impl IntoIterator<Item = PodPlan>) -> Expected {
+        self.pods = pods.into_iter().collect();
         self
     }
 
@@ -246,7 +220,7 @@ impl Expected {
         self.pods
             .iter()
             .filter(|p| p.created > 1)
-            .map(|p| (self.pod_name(p.slot), (p.created - 1) as i32))
+            .map(|p| (self.pod_name(&p.slot), (p.created - 1) as i32))
             .collect()
     }
 
@@ -256,12 +230,79 @@ impl Expected {
     }
 }
 
-fn succeeded_message(ns: &str, job: &str) -> String {
-    format!("TFJob {ns}/{job} successfully completed.")
+/// `n` workers under restart policy `policy`, scripted by `sim`.
+fn workers_spec(n: i32, policy: &str, sim: &[(&str, &str)]) -> Value {
+    json!({"tfReplicaSpecs": {"Worker": replica(n, policy, sim)}})
 }
 
-fn backoff_message(job: &str) -> String {
-    format!("Job {job} has failed because it has reached the specified backoff limit")
+// The classes of job the tests submit, each with the durations that suit its test.
+
+/// A PS and two workers under Never, all succeeding: worker 0 decides.
+fn ps_worker(ns: &str, ps: &str, workers: &str) -> Expected {
+    let spec = json!({"tfReplicaSpecs": {
+        "PS": replica(1, "Never", &[("duration", ps)]),
+        "Worker": replica(2, "Never", &[("duration", workers)]),
+    }});
+    Expected::succeeds(ns, "ps-worker", spec).pods([pod("ps-0"), pod("worker-0"), pod("worker-1")])
+}
+
+/// A chief and `n` workers under Never, all succeeding: the chief decides.
+fn chief(ns: &str, chief: &str, n: i32, workers: &str) -> Expected {
+    let spec = json!({"tfReplicaSpecs": {
+        "Chief": replica(1, "Never", &[("duration", chief)]),
+        "Worker": replica(n, "Never", &[("duration", workers)]),
+    }});
+    Expected::succeeds(ns, "chief", spec)
+        .pods(std::iter::once(pod("chief-0")).chain(worker_pods(pod("worker-0"), n)))
+}
+
+/// `n` workers under Never with success policy `AllWorkers`.
+fn all_workers(ns: &str, n: i32, durations: &str) -> Expected {
+    let mut spec = workers_spec(n, "Never", &[("duration", durations)]);
+    spec["successPolicy"] = json!("AllWorkers");
+    Expected::succeeds(ns, "all-workers", spec).pods(worker_pods(pod("worker-0"), n))
+}
+
+/// `n` workers under `policy` (ExitCode or OnFailure): worker 0 exits with `codes` `fail`
+/// times, then succeeds. Under ExitCode the operator recreates the pod each time; under
+/// OnFailure the kubelet restarts its container in place.
+fn worker_zero_retried(
+    ns: &str,
+    name: &'static str,
+    policy: &str,
+    n: i32,
+    duration: &str,
+    codes: &str,
+    fail: u32,
+) -> Expected {
+    let sim = [
+        ("duration", duration),
+        ("exit-code", codes),
+        ("fail-times", &fail.to_string()),
+    ];
+    let first = match policy {
+        "ExitCode" => pod("worker-0").recreated(fail),
+        _ => pod("worker-0").restarted_in_place(fail),
+    };
+    Expected::succeeds(ns, name, workers_spec(n, policy, &sim)).pods(worker_pods(first, n))
+}
+
+/// One worker under Never that exits 1: the job fails.
+fn never_fails(ns: &str, duration: &str) -> Expected {
+    let spec = workers_spec(1, "Never", &[("duration", duration), ("exit-code", "1")]);
+    let message = format!("TFJob {ns}/never-fails has failed because 1 Worker replica(s) failed.");
+    Expected::fails("never-fails", spec, message).pods([pod("worker-0")])
+}
+
+/// One worker under ExitCode that always exits with the retryable `code`: recreated `limit`
+/// times, then the job fails at its backoff limit.
+fn backoff(name: &'static str, limit: u32, duration: &str, code: &str) -> Expected {
+    let sim = [("duration", duration), ("exit-code", code)];
+    let mut spec = workers_spec(1, "ExitCode", &sim);
+    spec["runPolicy"] = json!({"backoffLimit": limit});
+    let message =
+        format!("Job {name} has failed because it has reached the specified backoff limit");
+    Expected::fails(name, spec, message).pods([pod("worker-0").recreated(limit)])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,16 +349,7 @@ impl View {
 }
 
 fn is_finished(job: &TFJob) -> bool {
-    job.status
-        .as_ref()
-        .is_some_and(|s| s.is_true(Succeeded) || s.is_true(Failed))
-}
-
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending")
+    is_true(job, Succeeded) || is_true(job, Failed)
 }
 
 /// In-place restarts of the main container, from a pod as JSON.
@@ -383,23 +415,22 @@ async fn until<T>(
     cluster: &EmbeddedCluster,
     ns: &str,
     what: &str,
-    mut check: impl FnMut(&View) -> Option<T>,
+    check: impl Fn(&View) -> Option<T>,
 ) -> T {
     let client = cluster.client();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(view) = View::fetch(&client, ns).await
-            && let Some(value) = check(&view)
-        {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
+    let found = common::poll(WAIT, POLL, || async {
+        View::fetch(&client, ns)
+            .await
+            .and_then(|view| check(&view))
+            .ok_or(())
+    })
+    .await;
+    found.unwrap_or_else(|()| {
+        panic!(
             "timed out after {WAIT:?} waiting for {what} in namespace {ns}\n{}",
             report(cluster.store(), ns)
-        );
-        tokio::time::sleep(POLL).await;
-    }
+        )
+    })
 }
 
 /// Waits until every expected job has finished; returns the final versions.
@@ -417,28 +448,43 @@ async fn until_finished(
     .await
 }
 
-async fn submit_all(cluster: &EmbeddedCluster, ns: &str, expected: &[Expected]) {
-    let api: Api<TFJob> = Api::namespaced(cluster.client(), ns);
-    let jobs: Vec<TFJob> = expected
-        .iter()
-        .map(|e| tfjob(e.name, e.spec.clone()))
-        .collect();
-    join_all(jobs.iter().map(|job| create(&api, job))).await;
-}
-
 /// Retries a read until it works (faults may still be answering requests decided earlier).
 async fn eventually<T, Fut: Future<Output = Option<T>>>(
     what: &str,
     mut f: impl FnMut() -> Fut,
 ) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(POLL).await;
-    }
+    let found = common::poll(WAIT, POLL, || {
+        let next = f();
+        async move { next.await.ok_or(()) }
+    })
+    .await;
+    found.unwrap_or_else(|()| panic!("timed out waiting for {what}"))
+}
+
+/// Waits until every job has finished, turns the faults off and audits the namespace, reading
+/// the final jobs afresh (the last look under faults may have come before their last update).
+/// Returns the faults injected.
+async fn converge_and_audit(
+    cluster: &EmbeddedCluster,
+    ns: &str,
+    since: u64,
+    expected: &[Expected],
+) -> FaultCounts {
+    until_finished(cluster, ns, expected).await;
+    let counts = cluster.faults().counts();
+    cluster.faults().clear();
+    eprintln!("[{ns}] faults injected: {counts:?}");
+    eprintln!(
+        "[{ns}] operator writes that failed: {}",
+        failed_operator_writes(cluster)
+    );
+    let client = cluster.client();
+    let jobs = eventually("the final jobs", || async {
+        View::fetch(&client, ns).await.map(|v| v.jobs)
+    })
+    .await;
+    audit(cluster, ns, since, expected, &jobs);
+    counts
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,7 +634,7 @@ fn audit_pods(
     }
     let wanted: BTreeMap<String, u32> = expected
         .iter()
-        .flat_map(|e| e.pods.iter().map(move |p| (e.pod_name(p.slot), p.created)))
+        .flat_map(|e| e.pods.iter().map(move |p| (e.pod_name(&p.slot), p.created)))
         .collect();
     if created != wanted {
         problems.push(format!(
@@ -597,7 +643,7 @@ fn audit_pods(
     }
     for e in expected {
         for p in &e.pods {
-            let name = e.pod_name(p.slot);
+            let name = e.pod_name(&p.slot);
             let Some(pod) = last.get(&name) else { continue };
             let restarts = container_restarts(pod);
             if restarts != i64::from(p.in_place) {
@@ -620,7 +666,7 @@ fn audit_services(
 ) {
     let names: BTreeSet<String> = expected
         .iter()
-        .flat_map(|e| e.pods.iter().map(move |p| e.pod_name(p.slot)))
+        .flat_map(|e| e.pods.iter().map(move |p| e.pod_name(&p.slot)))
         .collect();
     let mut created: BTreeMap<String, u32> = BTreeMap::new();
     for event in history(store, "services", ns, since) {
@@ -663,159 +709,42 @@ fn failed_operator_writes(cluster: &EmbeddedCluster) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_converges_under_api_errors_and_cut_watches() {
     let ns = "faults";
-    let cluster = start_cluster(unreliable(0x7f4a_1c3e_9b2d_0855, 2500)).await;
-    create_namespace(cluster.client(), ns).await;
-    let expected =
-        vec![
-        Expected::new(
-            "ps-worker",
-            json!({"tfReplicaSpecs": {
-                "PS": replica(1, "Never", &[("duration", "3s")]),
-                "Worker": replica(2, "Never", &[("duration", "2s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "ps-worker"))
-        .pods(&[pod("ps-0"), pod("worker-0"), pod("worker-1")]),
-        Expected::new(
-            "chief",
-            json!({"tfReplicaSpecs": {
-                "Chief": replica(1, "Never", &[("duration", "2s")]),
-                "Worker": replica(2, "Never", &[("duration", "1s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "chief"))
-        .pods(&[pod("chief-0"), pod("worker-0"), pod("worker-1")]),
-        Expected::new(
-            "all-workers",
-            json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
-                "Worker": replica(4, "Never", &[("duration", "0=1s,1=2s,*=1500ms")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "all-workers"))
-        .pods(&[pod("worker-0"), pod("worker-1"), pod("worker-2"), pod("worker-3")]),
-        Expected::new(
-            "exit-retry",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(2, "ExitCode", &[
-                    ("duration", "2s"), ("exit-code", "0=137,*=0"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "exit-retry"))
-        .pods(&[pod("worker-0").recreated(1), pod("worker-1")]),
-        Expected::new(
-            "exit-retry-twice",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[
-                    ("duration", "1s"), ("exit-code", "143"), ("fail-times", "2"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "exit-retry-twice"))
-        .pods(&[pod("worker-0").recreated(2)]),
-        Expected::new(
-            "chief-retry",
-            json!({"tfReplicaSpecs": {
-                "Chief": replica(1, "ExitCode", &[
-                    ("duration", "1s"), ("exit-code", "137"), ("fail-times", "1"),
-                ]),
-                "Worker": replica(1, "ExitCode", &[("duration", "3s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "chief-retry"))
-        .pods(&[pod("chief-0").recreated(1), pod("worker-0")]),
-        Expected::new(
-            "on-failure",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(2, "OnFailure", &[
-                    ("duration", "1s"), ("exit-code", "0=1,*=0"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "on-failure"))
-        .pods(&[pod("worker-0").restarted_in_place(1), pod("worker-1")]),
-        Expected::new(
-            "on-failure-twice",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "OnFailure", &[
-                    ("duration", "700ms"), ("exit-code", "2"), ("fail-times", "2"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "on-failure-twice"))
-        .pods(&[pod("worker-0").restarted_in_place(2)]),
-        Expected::new(
-            "never-fails",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "Never", &[("duration", "1s"), ("exit-code", "1")]),
-            }}),
-            Failed,
-        )
-        .message(format!("TFJob {ns}/never-fails has failed because 1 Worker replica(s) failed."))
-        .pods(&[pod("worker-0")]),
-        Expected::new(
+    let chief_retry = json!({"tfReplicaSpecs": {
+        "Chief": replica(1, "ExitCode", &[
+            ("duration", "1s"), ("exit-code", "137"), ("fail-times", "1"),
+        ]),
+        "Worker": replica(1, "ExitCode", &[("duration", "3s")]),
+    }});
+    let expected = vec![
+        ps_worker(ns, "3s", "2s"),
+        chief(ns, "2s", 2, "1s"),
+        all_workers(ns, 4, "0=1s,1=2s,*=1500ms"),
+        worker_zero_retried(ns, "exit-retry", "ExitCode", 2, "2s", "0=137,*=0", 1),
+        worker_zero_retried(ns, "exit-retry-twice", "ExitCode", 1, "1s", "143", 2),
+        Expected::succeeds(ns, "chief-retry", chief_retry)
+            .pods([pod("chief-0").recreated(1), pod("worker-0")]),
+        worker_zero_retried(ns, "on-failure", "OnFailure", 2, "1s", "0=1,*=0", 1),
+        worker_zero_retried(ns, "on-failure-twice", "OnFailure", 1, "700ms", "2", 2),
+        never_fails(ns, "1s"),
+        Expected::fails(
             "never-killed",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "Never", &[("duration", "1s"), ("exit-code", "137")]),
-            }}),
-            Failed,
+            workers_spec(1, "Never", &[("duration", "1s"), ("exit-code", "137")]),
+            "has failed because 1 Worker replica(s) failed.",
         )
-        .message("has failed because 1 Worker replica(s) failed.")
-        .pods(&[pod("worker-0")]),
-        Expected::new(
+        .pods([pod("worker-0")]),
+        Expected::fails(
             "exit-permanent",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[("duration", "1s"), ("exit-code", "1")]),
-            }}),
-            Failed,
+            workers_spec(1, "ExitCode", &[("duration", "1s"), ("exit-code", "1")]),
+            "job \"exit-permanent\" is failing because \"Worker\" replica(s) failed.",
         )
-        .message("job \"exit-permanent\" is failing because \"Worker\" replica(s) failed.")
-        .pods(&[pod("worker-0")]),
-        Expected::new(
-            "backoff",
-            json!({"runPolicy": {"backoffLimit": 1}, "tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[("duration", "1s"), ("exit-code", "137")]),
-            }}),
-            Failed,
-        )
-        .message(backoff_message("backoff"))
-        .pods(&[pod("worker-0").recreated(1)]),
-        Expected::new(
-            "backoff-two",
-            json!({"runPolicy": {"backoffLimit": 2}, "tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[("duration", "700ms"), ("exit-code", "130")]),
-            }}),
-            Failed,
-        )
-        .message(backoff_message("backoff-two"))
-        .pods(&[pod("worker-0").recreated(2)]),
+        .pods([pod("worker-0")]),
+        backoff("backoff", 1, "1s", "137"),
+        backoff("backoff-two", 2, "700ms", "130"),
     ];
 
-    let since = cluster.store().resource_version();
-    submit_all(&cluster, ns, &expected).await;
-    until_finished(&cluster, ns, &expected).await;
-    let counts = cluster.faults().counts();
-    cluster.faults().clear();
-    eprintln!("[{ns}] faults injected: {counts:?}");
-    eprintln!(
-        "[{ns}] operator writes that failed: {}",
-        failed_operator_writes(&cluster)
-    );
-
-    let client = cluster.client();
-    let jobs = eventually("the final jobs", || async {
-        View::fetch(&client, ns).await.map(|v| v.jobs)
-    })
-    .await;
-    audit(&cluster, ns, since, &expected, &jobs);
+    let faults = unreliable(0x7f4a_1c3e_9b2d_0855, 2500);
+    let (cluster, since) = submit(faults, ns, &expected).await;
+    let counts = converge_and_audit(&cluster, ns, since, &expected).await;
     assert!(
         counts.internal_errors > 0
             && counts.conflicts > 0
@@ -836,80 +765,21 @@ async fn every_job_converges_under_api_errors_and_cut_watches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_restarted_mid_job_converges_the_same_way() {
     let ns = "restarted";
-    let mut cluster = start_cluster(FaultConfig::default()).await;
-    create_namespace(cluster.client(), ns).await;
     let expected = vec![
-        Expected::new(
-            "ps-worker",
-            json!({"tfReplicaSpecs": {
-                "PS": replica(1, "Never", &[("duration", "4s")]),
-                "Worker": replica(2, "Never", &[("duration", "3s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "ps-worker"))
-        .pods(&[pod("ps-0"), pod("worker-0"), pod("worker-1")]),
-        Expected::new(
-            "chief",
-            json!({"tfReplicaSpecs": {
-                "Chief": replica(1, "Never", &[("duration", "3s")]),
-                "Worker": replica(1, "Never", &[("duration", "4s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "chief"))
-        .pods(&[pod("chief-0"), pod("worker-0")]),
-        Expected::new(
-            "exit-retry",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(2, "ExitCode", &[
-                    ("duration", "4s"), ("exit-code", "0=137,*=0"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "exit-retry"))
-        .pods(&[pod("worker-0").recreated(1), pod("worker-1")]),
-        Expected::new(
-            "backoff",
-            json!({"runPolicy": {"backoffLimit": 1}, "tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[("duration", "4s"), ("exit-code", "137")]),
-            }}),
-            Failed,
-        )
-        .message(backoff_message("backoff"))
-        .pods(&[pod("worker-0").recreated(1)]),
-        Expected::new(
-            "on-failure",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "OnFailure", &[
-                    ("duration", "2s"), ("exit-code", "1"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "on-failure"))
-        .pods(&[pod("worker-0").restarted_in_place(1)]),
-        Expected::new(
-            "never-fails",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "Never", &[("duration", "3s"), ("exit-code", "1")]),
-            }}),
-            Failed,
-        )
-        .message(format!(
-            "TFJob {ns}/never-fails has failed because 1 Worker replica(s) failed."
-        ))
-        .pods(&[pod("worker-0")]),
+        ps_worker(ns, "4s", "3s"),
+        chief(ns, "3s", 1, "4s"),
+        worker_zero_retried(ns, "exit-retry", "ExitCode", 2, "4s", "0=137,*=0", 1),
+        backoff("backoff", 1, "4s", "137"),
+        worker_zero_retried(ns, "on-failure", "OnFailure", 1, "2s", "1", 1),
+        never_fails(ns, "3s"),
     ];
     let all_pods: Vec<String> = expected
         .iter()
-        .flat_map(|e| e.pods.iter().map(|p| e.pod_name(p.slot)))
+        .flat_map(|e| e.pods.iter().map(|p| e.pod_name(&p.slot)))
         .collect();
     let restarted = ["exit-retry-worker-0", "backoff-worker-0"];
 
-    let since = cluster.store().resource_version();
-    submit_all(&cluster, ns, &expected).await;
+    let (mut cluster, since) = submit(FaultConfig::default(), ns, &expected).await;
 
     // First stop: every first pod runs.
     let first_uids: BTreeMap<&str, String> =
@@ -1008,53 +878,14 @@ async fn a_restart_left_half_done_by_a_stopped_operator_is_counted_once_under_fa
         0,
         ErrorRule::always(FaultStatus::InternalError, &[Verb::Delete], &["pods"]),
     );
-    let mut cluster = start_cluster(faults).await;
-    create_namespace(cluster.client(), ns).await;
     let expected = vec![
-        Expected::new(
-            "exit-retry",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[
-                    ("duration", "1s"), ("exit-code", "137"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "exit-retry"))
-        .pods(&[pod("worker-0").recreated(1)]),
-        Expected::new(
-            "backoff",
-            json!({"runPolicy": {"backoffLimit": 1}, "tfReplicaSpecs": {
-                "Worker": replica(1, "ExitCode", &[("duration", "1s"), ("exit-code", "137")]),
-            }}),
-            Failed,
-        )
-        .message(backoff_message("backoff"))
-        .pods(&[pod("worker-0").recreated(1)]),
-        Expected::new(
-            "on-failure",
-            json!({"tfReplicaSpecs": {
-                "Worker": replica(1, "OnFailure", &[
-                    ("duration", "1s"), ("exit-code", "1"), ("fail-times", "1"),
-                ]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "on-failure"))
-        .pods(&[pod("worker-0").restarted_in_place(1)]),
-        Expected::new(
-            "all-workers",
-            json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
-                "Worker": replica(2, "Never", &[("duration", "3s")]),
-            }}),
-            Succeeded,
-        )
-        .message(succeeded_message(ns, "all-workers"))
-        .pods(&[pod("worker-0"), pod("worker-1")]),
+        worker_zero_retried(ns, "exit-retry", "ExitCode", 1, "1s", "137", 1),
+        backoff("backoff", 1, "1s", "137"),
+        worker_zero_retried(ns, "on-failure", "OnFailure", 1, "1s", "1", 1),
+        all_workers(ns, 2, "3s"),
     ];
 
-    let since = cluster.store().resource_version();
-    submit_all(&cluster, ns, &expected).await;
+    let (mut cluster, since) = submit(faults, ns, &expected).await;
 
     // The restarts are recorded, but the failed pods are still there: their deletion failed.
     until(
@@ -1092,16 +923,7 @@ async fn a_restart_left_half_done_by_a_stopped_operator_is_counted_once_under_fa
         .expect("the fault configuration is valid");
     cluster.start_operator();
 
-    until_finished(&cluster, ns, &expected).await;
-    let counts = cluster.faults().counts();
-    cluster.faults().clear();
-    eprintln!("[{ns}] faults injected: {counts:?}");
-    let client = cluster.client();
-    let jobs = eventually("the final jobs", || async {
-        View::fetch(&client, ns).await.map(|v| v.jobs)
-    })
-    .await;
-    audit(&cluster, ns, since, &expected, &jobs);
+    let counts = converge_and_audit(&cluster, ns, since, &expected).await;
     assert!(
         counts.errors() > 0 && counts.watches_cut > 0,
         "faults were injected: {counts:?}"

@@ -4,13 +4,13 @@
 //! watches them and deletes them. Waits use kubectl's own timeouts or poll; nothing asserts on
 //! timing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::Policies;
-use tfjob_policy_engine::SandboxLimits;
+use tfjob_operator::embedded::ClusterOptions;
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -21,33 +21,20 @@ fn repo(path: &str) -> PathBuf {
 struct Cluster {
     kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
-    // Dropped before the runtime it runs on.
-    _cluster: EmbeddedCluster,
-    _runtime: tokio::runtime::Runtime,
+    _cluster: common::Background,
 }
 
 /// Starts the whole cluster with the default Wasm policies on a background runtime and writes
 /// a kubeconfig for it.
 fn cluster() -> Cluster {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let cluster = common::Background::start(ClusterOptions::new(common::default_policies()));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let policies = Policies::load(&Default::default(), SandboxLimits::default()).unwrap();
-    let cluster = runtime
-        .block_on(EmbeddedCluster::start(ClusterOptions::new(
-            std::sync::Arc::new(policies),
-        )))
-        .unwrap();
-    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    cluster.cluster.write_kubeconfig(&kubeconfig).unwrap();
     Cluster {
         kubeconfig,
         _dir: dir,
         _cluster: cluster,
-        _runtime: runtime,
     }
 }
 

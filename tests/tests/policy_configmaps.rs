@@ -8,28 +8,31 @@
 //! that something does *not* happen, it first makes the policy sync prove it has looked (a probe
 //! ConfigMap created afterwards in the same namespace has been loaded).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tfjob_api::{JobConditionType, TFJob};
+use tfjob_api::JobConditionType::Succeeded;
+use tfjob_api::TFJob;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::{Policies, PolicyArgs};
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
 use tfjob_policy_engine::{
-    APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode,
-    SandboxLimits, defaults,
+    APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode, defaults,
 };
+
+use common::replica;
+use tfjob_conformance::JOB_NAME;
 
 /// Longest wait for any single expected state.
 const WAIT: Duration = Duration::from_secs(60);
@@ -39,23 +42,11 @@ const POLL: Duration = Duration::from_millis(50);
 const SWAP_LIMIT: Duration = Duration::from_secs(2);
 /// The namespace the operator takes policy ConfigMaps from (the embedded cluster's default).
 const POLICY_NS: &str = "tfjob-system";
-const IMAGE: &str = "kubeflow/tf-dist-mnist-test:1.0";
 const DECORATE: &str = "default-decorate";
 const RESOURCES: &str = "default-resources";
 
 // ---------------------------------------------------------------------------------------------
 // Clusters
-
-/// The default policies, compiled once for every cluster of this file.
-fn policies() -> Arc<Policies> {
-    static POLICIES: OnceLock<Arc<Policies>> = OnceLock::new();
-    Arc::clone(POLICIES.get_or_init(|| {
-        Arc::new(
-            Policies::load(&PolicyArgs::default(), SandboxLimits::default())
-                .expect("the default policies load"),
-        )
-    }))
-}
 
 /// Tests that measure time take this exclusively; the others share it.
 fn turns() -> &'static RwLock<()> {
@@ -63,22 +54,18 @@ fn turns() -> &'static RwLock<()> {
     &TURNS
 }
 
-/// Runs `body` against a fresh cluster on its own runtime; alone when `exclusive`.
-fn with_cluster<F, Fut>(exclusive: bool, body: F)
+/// Runs `body` against a fresh cluster on its own runtime, with the jobs' namespace `ns`
+/// created; alone when `exclusive`.
+fn with_cluster<F, Fut>(exclusive: bool, ns: &'static str, body: F)
 where
-    F: FnOnce(Env) -> Fut,
+    F: FnOnce(Env, &'static str) -> Fut,
     Fut: Future<Output = ()>,
 {
     let lock = turns();
     let _alone = exclusive.then(|| lock.write().unwrap_or_else(PoisonError::into_inner));
     let _shared = (!exclusive).then(|| lock.read().unwrap_or_else(PoisonError::into_inner));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime");
-    runtime.block_on(async move {
-        let mut options = ClusterOptions::new(policies());
+    common::runtime().block_on(async move {
+        let mut options = ClusterOptions::new(common::default_policies());
         options.kubelet = KubeletConfig {
             nodes: 2,
             cpu: "128".into(),
@@ -87,15 +74,15 @@ where
             default_duration: Duration::from_millis(300),
             startup: Duration::from_millis(20),
         };
-        let cluster = EmbeddedCluster::start(options)
-            .await
-            .expect("the embedded cluster starts");
+        let cluster = common::start_cluster(options).await;
         let env = Env {
             client: cluster.client(),
             _cluster: cluster,
         };
-        env.namespace(POLICY_NS).await;
-        body(env).await;
+        for namespace in [POLICY_NS, ns] {
+            common::ensure_namespace(&env.client, namespace).await;
+        }
+        body(env, ns).await;
     });
 }
 
@@ -123,6 +110,15 @@ fn default_manifest(name: &str, settings: Value) -> PolicyManifest {
 /// The default decoration, plus `labels` on every pod.
 fn decorate_with_labels(labels: Value) -> PolicyManifest {
     default_manifest(DECORATE, json!({"defaultLabels": labels}))
+}
+
+/// The ConfigMap of the default decoration in the policy namespace, with `policy-rev: rev` on
+/// every pod.
+fn revision(rev: &str) -> ConfigMap {
+    pack(
+        decorate_with_labels(json!({"policy-rev": rev})),
+        module(DECORATE),
+    )
 }
 
 /// A ConfigMap of `manifest` and `wasm` in `namespace`, as `policy pack` makes it.
@@ -172,46 +168,23 @@ const CORRUPT_MODULE: &[u8] = b"\0asm\x0d\0\x01\0 this is not a component, only 
 
 /// A TFJob of one worker that runs briefly and succeeds, with `labels`.
 fn tfjob(name: &str, labels: &[(&str, &str)]) -> TFJob {
-    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"tfReplicaSpecs": {"Worker": {
-            "replicas": 1,
-            "restartPolicy": "Never",
-            "template": {
-                "metadata": {"annotations": {"sim.tfjob.dev/duration": "300ms"}},
-                "spec": {"containers": [{"name": "tensorflow", "image": IMAGE}]},
-            },
-        }}},
-    }))
-    .unwrap_or_else(|e| panic!("TFJob {name} is well formed: {e}"))
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "Never", &[("duration", "300ms")])}});
+    let mut job = common::tfjob(name, spec);
+    job.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    job
 }
 
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-fn env_var(pod: &Pod, name: &str) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "tensorflow")?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
-}
-
 fn cpu_request(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "tensorflow")?
+    common::main_container(pod)?
         .resources
         .as_ref()?
         .requests
@@ -227,26 +200,6 @@ fn applied(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
-fn succeeded(job: &TFJob) -> bool {
-    job.status
-        .as_ref()
-        .is_some_and(|s| s.is_true(JobConditionType::Succeeded))
-}
-
-/// `(type, reason, note)` of an event.
-fn summary(e: Event) -> (String, String, String) {
-    (
-        e.type_.unwrap_or_default(),
-        e.reason.unwrap_or_default(),
-        e.note.unwrap_or_default(),
-    )
-}
-
-/// How many times an event was observed (a repeated event is one object with a series).
-fn occurrences(e: &Event) -> i32 {
-    e.series.as_ref().map_or(1, |s| s.count)
-}
-
 // ---------------------------------------------------------------------------------------------
 // The cluster as the tests see it: through the API
 
@@ -257,36 +210,40 @@ struct Env {
 }
 
 /// Polls `check` every [`POLL`] until it gives a value, for at most `timeout`.
-async fn until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+async fn until<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(v) => return v,
-            Err(last) => last,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}; last seen: {last}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    common::poll(timeout, POLL, check)
+        .await
+        .unwrap_or_else(|last| {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+        })
+}
+
+/// Waits until `events` (reason and note of each) has one with `reason` whose note contains
+/// `text`; returns the note.
+async fn until_note<F, Fut>(what: &str, reason: &str, text: &str, mut events: F) -> String
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Vec<(String, String)>>,
+{
+    until(what, WAIT, || {
+        let events = events();
+        async move {
+            let events = events.await;
+            events
+                .iter()
+                .find(|(r, note)| r == reason && note.contains(text))
+                .map(|(_, note)| note.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        }
+    })
+    .await
 }
 
 impl Env {
-    async fn namespace(&self, name: &str) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-            Err(e) => panic!("creating namespace {name}: {e}"),
-        }
-    }
-
     fn configmaps(&self, namespace: &str) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), namespace)
     }
@@ -307,6 +264,13 @@ impl Env {
             .create(&PostParams::default(), cm)
             .await
             .unwrap_or_else(|e| panic!("creating ConfigMap {ns}/{}: {e}", cm.name_any()))
+    }
+
+    /// Creates the policy ConfigMap `cm` of module `wasm` and waits until it serves.
+    async fn create_active(&self, cm: &ConfigMap, wasm: &[u8]) -> ConfigMap {
+        let created = self.create_cm(cm).await;
+        self.until_active(&created.name_any(), &digest(wasm)).await;
+        created
     }
 
     /// Replaces the content (data and binaryData) of the existing ConfigMap of `cm`'s name.
@@ -370,21 +334,14 @@ impl Env {
 
     /// `(reason, note, occurrences)` of the events about ConfigMap `namespace/name`.
     async fn cm_events(&self, namespace: &str, name: &str) -> Vec<(String, String, i32)> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let list = api
-            .list(&ListParams::default())
+        common::events_about(&self.client, namespace, "ConfigMap")
             .await
-            .unwrap_or_else(|e| panic!("listing events of {namespace}: {e}"));
-        list.items
             .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("ConfigMap") && r.name.as_deref() == Some(name)
-                })
-            })
-            .map(|e| {
-                let count = occurrences(&e);
-                let (_, reason, note) = summary(e);
+            .filter(|(about, _)| about == name)
+            .map(|(_, e)| {
+                // A repeated event is one object with a series.
+                let count = e.series.as_ref().map_or(1, |s| s.count);
+                let (_, reason, note) = common::summary(e);
                 (reason, note, count)
             })
             .collect()
@@ -394,13 +351,9 @@ impl Env {
     /// `text`; returns the note.
     async fn until_cm_event(&self, name: &str, reason: &str, text: &str) -> String {
         let what = format!("event {reason} containing {text:?} on ConfigMap {name}");
-        until(&what, WAIT, || async {
+        until_note(&what, reason, text, || async {
             let events = self.cm_events(POLICY_NS, name).await;
-            events
-                .iter()
-                .find(|(r, note, _)| r == reason && note.contains(text))
-                .map(|(_, note, _)| note.clone())
-                .ok_or_else(|| format!("{events:?}"))
+            events.into_iter().map(|(r, note, _)| (r, note)).collect()
         })
         .await
     }
@@ -419,8 +372,7 @@ impl Env {
             },
             ..PolicyManifest::default()
         };
-        let cm = self.create_cm(&pack(manifest, module(DECORATE))).await;
-        self.until_active(&cm.name_any(), &digest(module(DECORATE)))
+        self.create_active(&pack(manifest, module(DECORATE)), module(DECORATE))
             .await;
     }
 
@@ -457,7 +409,7 @@ impl Env {
             WAIT,
             || async {
                 match self.jobs(namespace).get(job).await {
-                    Ok(j) if succeeded(&j) => Ok(()),
+                    Ok(j) if common::is_true(&j, Succeeded) => Ok(()),
                     _ => Err(self.job_report(namespace, job).await),
                 }
             },
@@ -467,21 +419,12 @@ impl Env {
 
     /// `(type, reason, note)` of the events about TFJobs in `namespace`, with the job's name.
     async fn job_events(&self, namespace: &str) -> Vec<(String, String, String, String)> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let list = api
-            .list(&ListParams::default())
+        common::events_about(&self.client, namespace, "TFJob")
             .await
-            .unwrap_or_else(|e| panic!("listing events of {namespace}: {e}"));
-        list.items
             .into_iter()
-            .filter_map(|e| {
-                let r = e.regarding.as_ref()?;
-                if r.kind.as_deref() != Some("TFJob") {
-                    return None;
-                }
-                let job = r.name.clone().unwrap_or_default();
-                let (t, reason, note) = summary(e);
-                Some((job, t, reason, note))
+            .map(|(job, e)| {
+                let (t, reason, note) = common::summary(e);
+                (job, t, reason, note)
             })
             .collect()
     }
@@ -497,13 +440,9 @@ impl Env {
 
     async fn until_job_event(&self, namespace: &str, job: &str, reason: &str) -> String {
         let what = format!("event {reason} on TFJob {namespace}/{job}");
-        until(&what, WAIT, || async {
+        until_note(&what, reason, "", || async {
             let events = self.events_of(namespace, job).await;
-            events
-                .iter()
-                .find(|(_, r, _)| r == reason)
-                .map(|(_, _, note)| note.clone())
-                .ok_or_else(|| format!("{events:?}"))
+            events.into_iter().map(|(_, r, note)| (r, note)).collect()
         })
         .await
     }
@@ -527,15 +466,11 @@ impl Env {
 /// arriving; no reconcile fails on the way and every job runs to success.
 #[test]
 fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriving() {
-    with_cluster(true, |env| async move {
-        let ns = "swap";
-        env.namespace(ns).await;
-        let first = pack(
-            decorate_with_labels(json!({"policy-rev": "v1"})),
-            module(DECORATE),
-        );
-        let cm = env.create_cm(&first).await.name_any();
-        env.until_active(&cm, &digest(module(DECORATE))).await;
+    with_cluster(true, "swap", |env, ns| async move {
+        let cm = env
+            .create_active(&revision("v1"), module(DECORATE))
+            .await
+            .name_any();
 
         // Small jobs, one after the other, for the whole test.
         let stop = Arc::new(AtomicBool::new(false));
@@ -568,22 +503,23 @@ fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriv
                     .unwrap_or_else(|e| panic!("listing pods {selector}: {e}"))
             }
         };
-        until("pods of the first version", WAIT, || async {
-            let n = count("policy-rev=v1".into()).await;
-            if n >= 5 {
-                Ok(())
-            } else {
-                Err(format!("{n} pods"))
-            }
-        })
-        .await;
+        // Waits until policy version `rev` has decorated a few pods.
+        let served_a_few = async |rev: &str, what: &str| {
+            until(what, WAIT, || async {
+                let n = count(format!("policy-rev={rev}")).await;
+                if n >= 5 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} pods"))
+                }
+            })
+            .await;
+        };
+        served_a_few("v1", "pods of the first version").await;
 
         let mut latencies = Vec::new();
         for rev in ["v2", "v3", "v4"] {
-            let next = pack(
-                decorate_with_labels(json!({"policy-rev": rev})),
-                module(DECORATE),
-            );
+            let next = revision(rev);
             let selector = format!("policy-rev={rev}");
             let started = Instant::now();
             env.update_cm(&next).await;
@@ -598,15 +534,7 @@ fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriv
             println!("policy update to {rev}: first pod decorated by it after {latency:?}");
             latencies.push((rev, latency));
             // Let the new version serve a few pods before the next update.
-            until(&format!("pods of {rev}"), WAIT, || async {
-                let n = count(selector.clone()).await;
-                if n >= 5 {
-                    Ok(())
-                } else {
-                    Err(format!("{n} pods"))
-                }
-            })
-            .await;
+            served_a_few(rev, &format!("pods of {rev}")).await;
             let status = env
                 .until_status(&cm, "state Active", |s| s.state == PolicyState::Active)
                 .await;
@@ -640,8 +568,8 @@ fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriv
                 pod.name_any()
             );
             assert_eq!(
-                env_var(pod, "TFJOB_NAME").as_deref(),
-                label(pod, "training.kubeflow.org/job-name"),
+                common::env(pod, "TFJOB_NAME").as_deref(),
+                label(pod, JOB_NAME),
                 "pod {}",
                 pod.name_any()
             );
@@ -662,9 +590,7 @@ fn an_updated_policy_decorates_new_pods_within_two_seconds_while_jobs_keep_arriv
 /// of its own, so that each rejection is the first event of its ConfigMap.
 #[test]
 fn rejected_updates_keep_the_previous_version_serving() {
-    with_cluster(false, |env| async move {
-        let ns = "keep";
-        env.namespace(ns).await;
+    with_cluster(false, "keep", |env, ns| async move {
         let decorate_digest = digest(module(DECORATE));
         let resources_digest = digest(module(RESOURCES));
         // A decoration policy that labels pods `<name>: <value>`.
@@ -680,15 +606,11 @@ fn rejected_updates_keep_the_previous_version_serving() {
         };
         let decorating = ["keep-corrupt", "keep-hook", "keep-digest"];
         for (order, name) in (10..).zip(decorating) {
-            let cm = env
-                .create_cm(&pack(labelling(name, order, "good"), module(DECORATE)))
-                .await;
-            env.until_active(&cm.name_any(), &decorate_digest).await;
+            let cm = pack(labelling(name, order, "good"), module(DECORATE));
+            env.create_active(&cm, module(DECORATE)).await;
         }
-        let cm = env
-            .create_cm(&pack(resources("500m"), module(RESOURCES)))
-            .await;
-        env.until_active(&cm.name_any(), &resources_digest).await;
+        let cm = pack(resources("500m"), module(RESOURCES));
+        env.create_active(&cm, module(RESOURCES)).await;
         let check_pod = |pod: &Pod, when: &str| {
             for name in decorating {
                 assert_eq!(label(pod, name), Some("good"), "{when}: label {name}");
@@ -806,21 +728,16 @@ fn rejected_updates_keep_the_previous_version_serving() {
 /// do differently on the job, and the pods stay as the enforced policy shapes them.
 #[test]
 fn a_shadow_policy_reports_disagreements_without_changing_pods() {
-    with_cluster(false, |env| async move {
-        let ns = "shadow";
-        env.namespace(ns).await;
+    with_cluster(false, "shadow", |env, ns| async move {
         let mut manifest = decorate_with_labels(
             json!({"shadow-rev": "candidate", "tfjob.dev/shadow": "prefixed"}),
         );
         manifest.mode = PolicyMode::Shadow;
-        let cm = env
-            .create_cm(&renamed(
-                pack(manifest, module(DECORATE)),
-                "tfjob-policy-default-decorate-shadow",
-            ))
-            .await
-            .name_any();
-        env.until_active(&cm, &digest(module(DECORATE))).await;
+        let shadow = renamed(
+            pack(manifest, module(DECORATE)),
+            "tfjob-policy-default-decorate-shadow",
+        );
+        env.create_active(&shadow, module(DECORATE)).await;
 
         let pod = env.run_job(ns, "watched").await;
         let note = env
@@ -842,7 +759,7 @@ fn a_shadow_policy_reports_disagreements_without_changing_pods() {
             None,
             "the shadow changed the pod"
         );
-        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("watched"));
+        assert_eq!(common::env(&pod, "TFJOB_NAME").as_deref(), Some("watched"));
         env.until_succeeded(ns, "watched").await;
         let pod = env.until_pod(ns, "watched").await;
         assert_eq!(label(&pod, "shadow-rev"), None);
@@ -852,15 +769,11 @@ fn a_shadow_policy_reports_disagreements_without_changing_pods() {
 /// Deleting the ConfigMap that replaced a default policy brings the default back.
 #[test]
 fn deleting_a_replacement_restores_the_default_policy() {
-    with_cluster(false, |env| async move {
-        let ns = "restore";
-        env.namespace(ns).await;
-        let replacement = pack(
-            decorate_with_labels(json!({"policy-rev": "replaced"})),
-            module(DECORATE),
-        );
-        let cm = env.create_cm(&replacement).await.name_any();
-        env.until_active(&cm, &digest(module(DECORATE))).await;
+    with_cluster(false, "restore", |env, ns| async move {
+        let cm = env
+            .create_active(&revision("replaced"), module(DECORATE))
+            .await
+            .name_any();
         let pod = env.run_job(ns, "replaced").await;
         assert_eq!(label(&pod, "policy-rev"), Some("replaced"));
 
@@ -868,7 +781,7 @@ fn deleting_a_replacement_restores_the_default_policy() {
         env.settle("probe-after-delete").await;
         let pod = env.run_job(ns, "restored").await;
         assert_eq!(label(&pod, "policy-rev"), None, "the default decorates");
-        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("restored"));
+        assert_eq!(common::env(&pod, "TFJOB_NAME").as_deref(), Some("restored"));
         assert!(
             applied(&pod).contains(&format!("{DECORATE}@")),
             "{}",
@@ -882,9 +795,7 @@ fn deleting_a_replacement_restores_the_default_policy() {
 /// effect.
 #[test]
 fn a_policy_configmap_outside_the_policy_namespaces_is_ignored() {
-    with_cluster(false, |env| async move {
-        let ns = "team-a";
-        env.namespace(ns).await;
+    with_cluster(false, "team-a", |env, ns| async move {
         let rogue = pack_in(
             decorate_with_labels(json!({"policy-rev": "rogue"})),
             module(DECORATE),
@@ -896,7 +807,7 @@ fn a_policy_configmap_outside_the_policy_namespaces_is_ignored() {
 
         let pod = env.run_job(ns, "plain").await;
         assert_eq!(label(&pod, "policy-rev"), None, "the rogue policy applied");
-        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("plain"));
+        assert_eq!(common::env(&pod, "TFJOB_NAME").as_deref(), Some("plain"));
         env.until_succeeded(ns, "plain").await;
         let annotations = env
             .configmaps(ns)
@@ -918,9 +829,7 @@ fn a_policy_configmap_outside_the_policy_namespaces_is_ignored() {
 /// newer rolls back to the older.
 #[test]
 fn the_newest_configmap_of_a_policy_serves_and_deleting_it_rolls_back() {
-    with_cluster(false, |env| async move {
-        let ns = "rollback";
-        env.namespace(ns).await;
+    with_cluster(false, "rollback", |env, ns| async move {
         let team = |rev: &str| PolicyManifest {
             name: "team-labels".into(),
             hooks: vec![Hook::Decorate],
@@ -933,11 +842,10 @@ fn the_newest_configmap_of_a_policy_serves_and_deleting_it_rolls_back() {
         let older = renamed(pack_in(team("one"), wasm, POLICY_NS, true), "team-labels-b");
         let newer = renamed(pack_in(team("two"), wasm, POLICY_NS, true), "team-labels-a");
 
-        let created = env.create_cm(&older).await;
-        env.until_active("team-labels-b", &digest(wasm)).await;
+        let created = env.create_active(&older, wasm).await;
         let pod = env.run_job(ns, "first").await;
         assert_eq!(label(&pod, "team-rev"), Some("one"));
-        assert_eq!(env_var(&pod, "TFJOB_NAME").as_deref(), Some("first"));
+        assert_eq!(common::env(&pod, "TFJOB_NAME").as_deref(), Some("first"));
 
         // Creation times have a resolution of a second: make the newer one visibly newer.
         let at = created
@@ -954,8 +862,7 @@ fn the_newest_configmap_of_a_policy_serves_and_deleting_it_rolls_back() {
             }
         })
         .await;
-        env.create_cm(&newer).await;
-        env.until_active("team-labels-a", &digest(wasm)).await;
+        env.create_active(&newer, wasm).await;
         let superseded = env
             .until_status("team-labels-b", "state Superseded", |s| {
                 s.state == PolicyState::Superseded
@@ -1001,9 +908,7 @@ fn the_newest_configmap_of_a_policy_serves_and_deleting_it_rolls_back() {
 /// event saying it is not loaded) while other jobs run; once a version loads they proceed.
 #[test]
 fn a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads() {
-    with_cluster(false, |env| async move {
-        let ns = "gate";
-        env.namespace(ns).await;
+    with_cluster(false, "gate", |env, ns| async move {
         let gatekeeper = PolicyManifest {
             name: "gatekeeper".into(),
             hooks: vec![Hook::Decorate],
@@ -1041,7 +946,7 @@ fn a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads() {
         assert_eq!(label(&pod, "gate"), None);
         let held = env
             .pods(ns)
-            .list(&ListParams::default().labels("training.kubeflow.org/job-name=gated"))
+            .list(&ListParams::default().labels(&format!("{JOB_NAME}=gated")))
             .await
             .expect("listing pods")
             .items;

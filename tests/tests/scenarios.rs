@@ -11,6 +11,8 @@
 //! assertions never depend on how long something took; where a scenario checks that something
 //! does *not* happen, it first waits for a later event that proves the operator has looked.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -20,8 +22,8 @@ use std::time::Duration;
 use futures::future::{LocalBoxFuture, join_all};
 use futures::{FutureExt, StreamExt};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{ContainerStatus, Namespace, Pod, Service};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -30,92 +32,32 @@ use tfjob_api::ConditionStatus::{self, False, True};
 use tfjob_api::JobConditionType::{
     self, Created, Failed, Restarting, Running, Succeeded, Suspended,
 };
-use tfjob_api::{JobCondition, TFJob, TFJobStatus};
-use tfjob_cluster::kubelet::KubeletConfig;
-use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::{Policies, PolicyArgs};
-use tfjob_policy_engine::SandboxLimits;
+use tfjob_api::{JobCondition, PodRestarts, TFJob, TFJobStatus};
+use tfjob_operator::embedded::ClusterOptions;
 use tokio::sync::oneshot;
+
+use common::{Background, IMAGE, env, is_true, main_status, phase, replica};
+use tfjob_conformance::{JOB_NAME, JOB_ROLE, OPERATOR_NAME, REPLICA_INDEX, REPLICA_TYPE};
 
 /// Longest wait for any single expected state.
 const WAIT: Duration = Duration::from_secs(120);
 /// Interval between two looks at the API.
 const POLL: Duration = Duration::from_millis(100);
 
-const OPERATOR_NAME: &str = "training.kubeflow.org/operator-name";
-const JOB_NAME: &str = "training.kubeflow.org/job-name";
-const REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
-const REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
-const JOB_ROLE: &str = "training.kubeflow.org/job-role";
-const IMAGE: &str = "kubeflow/tf-dist-mnist-test:1.0";
-
 // ---------------------------------------------------------------------------------------------
 // Clusters
 
-/// A whole cluster on its own runtime, which outlives every test that uses it.
-struct Cluster {
-    // Dropped before the runtime it runs on (never, for the shared one).
-    cluster: EmbeddedCluster,
-    runtime: tokio::runtime::Runtime,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Cluster {
-    /// Starts a cluster with the default policies, or with a `--policy-config` document.
-    fn start(policy_config: Option<&str>) -> Cluster {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a Tokio runtime");
-        let mut args = PolicyArgs::default();
-        let dir = policy_config.map(|text| {
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let path = dir.path().join("policy-config.yaml");
-            std::fs::write(&path, text).expect("the policy config is written");
-            args.policy_config = Some(path);
-            dir
-        });
-        let policies =
-            Policies::load(&args, SandboxLimits::default()).expect("the default policies load");
-        let mut options = ClusterOptions::new(std::sync::Arc::new(policies));
-        // Room for every pod of every scenario at once (each container requests 1 cpu, 1Gi).
-        options.kubelet = KubeletConfig {
-            nodes: 4,
-            cpu: "64".into(),
-            memory: "256Gi".into(),
-            gpus_per_node: 0,
-            default_duration: Duration::from_secs(1),
-            startup: Duration::from_millis(50),
-        };
-        let cluster = runtime
-            .block_on(EmbeddedCluster::start(options))
-            .expect("the embedded cluster starts");
-        Cluster {
-            cluster,
-            runtime,
-            _dir: dir,
-        }
-    }
-
-    /// Runs one test body against namespace `namespace` of this cluster.
-    fn run<F, Fut>(&self, namespace: &str, body: F)
-    where
-        F: FnOnce(Ns) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let client = self.cluster.client();
-        self.runtime.block_on(async move {
-            let ns = Ns::new(client, namespace).await;
-            body(ns).await;
-        });
-    }
+/// Starts a cluster with these policies and room for every pod of every scenario at once.
+fn start(policies: Arc<tfjob_operator::policy_setup::Policies>) -> Background {
+    let mut options = ClusterOptions::new(policies);
+    options.kubelet = common::roomy_kubelet();
+    Background::start(options)
 }
 
 /// The cluster shared by the test functions that use the default policies.
-fn shared() -> &'static Cluster {
-    static SHARED: OnceLock<Cluster> = OnceLock::new();
-    SHARED.get_or_init(|| Cluster::start(None))
+fn shared() -> &'static Background {
+    static SHARED: OnceLock<Background> = OnceLock::new();
+    SHARED.get_or_init(|| start(common::default_policies()))
 }
 
 /// One scenario: what it checks, the jobs it submits and its body.
@@ -137,38 +79,40 @@ fn scenario<'a>(
     }
 }
 
-/// Runs scenarios concurrently and reports every one that failed, not just the first, each
-/// with the state of its jobs (status, condition history, pods, services, events).
-async fn scenarios(ns: &Ns, list: Vec<Scenario<'_>>) {
-    let results = join_all(list.into_iter().map(|s| async move {
-        let result = AssertUnwindSafe(s.body).catch_unwind().await;
-        (s.label, s.jobs, result)
-    }))
-    .await;
-    let mut failed = Vec::new();
-    for (label, jobs, result) in results {
-        let Err(panic) = result else { continue };
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default();
-        let mut text = format!("--- {label}:\n{message}\n");
-        for job in jobs {
-            text.push_str(&format!(
-                "TFJob {}/{job} now:\n{}",
-                ns.name,
-                ns.report(&job).await
-            ));
+/// Runs the scenarios `list` makes in namespace `namespace` of `cluster`, concurrently, and
+/// reports every one that failed, not just the first, each with the state of its jobs (status,
+/// condition history, pods, services, events).
+fn run(cluster: &Background, namespace: &str, list: for<'a> fn(&'a Ns) -> Vec<Scenario<'a>>) {
+    let client = cluster.cluster.client();
+    cluster.runtime.block_on(async move {
+        let ns = Ns::new(client, namespace).await;
+        let results = join_all(list(&ns).into_iter().map(|s| async move {
+            let result = AssertUnwindSafe(s.body).catch_unwind().await;
+            (s.label, s.jobs, result)
+        }))
+        .await;
+        let mut failed = Vec::new();
+        for (label, jobs, result) in results {
+            let Err(panic) = result else { continue };
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            let mut text = format!("--- {label}:\n{message}\n");
+            for job in jobs {
+                let report = ns.report(&job).await;
+                text.push_str(&format!("TFJob {}/{job} now:\n{report}", ns.name));
+            }
+            failed.push(text);
         }
-        failed.push(text);
-    }
-    assert!(
-        failed.is_empty(),
-        "{} scenario(s) failed:\n{}",
-        failed.len(),
-        failed.join("\n")
-    );
+        assert!(
+            failed.is_empty(),
+            "{} scenario(s) failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,10 +132,10 @@ type Seen = Arc<Mutex<HashMap<String, Observed>>>;
 
 struct Ns {
     name: String,
+    client: Client,
     jobs: Api<TFJob>,
     pods: Api<Pod>,
     services: Api<Service>,
-    events: Api<Event>,
     seen: Seen,
     watch: tokio::task::JoinHandle<()>,
 }
@@ -244,14 +188,7 @@ async fn record(api: Api<TFJob>, seen: Seen, ready: oneshot::Sender<()>) {
 
 impl Ns {
     async fn new(client: Client, name: &str) -> Ns {
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        match namespaces.create(&PostParams::default(), &namespace).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-            Err(e) => panic!("creating namespace {name}: {e}"),
-        }
+        common::ensure_namespace(&client, name).await;
         let jobs: Api<TFJob> = Api::namespaced(client.clone(), name);
         let seen = Seen::default();
         let (tx, rx) = oneshot::channel();
@@ -265,26 +202,22 @@ impl Ns {
             jobs,
             pods: Api::namespaced(client.clone(), name),
             services: Api::namespaced(client.clone(), name),
-            events: Api::namespaced(client, name),
+            client,
             seen,
             watch,
         }
     }
 
-    async fn create(&self, job: TFJob) {
-        let name = job.name_any();
+    /// Submits the job `name` of scenario `s`.
+    async fn submit<'a>(&'a self, s: &'a str, name: &str, spec: Value) -> Case<'a> {
+        let job = common::tfjob(name, spec);
         if let Err(e) = self.jobs.create(&PostParams::default(), &job).await {
             panic!("creating TFJob {}/{name}: {e}", self.name);
         }
-    }
-
-    async fn patch(&self, job: &str, patch: Value) {
-        if let Err(e) = self
-            .jobs
-            .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            panic!("patching TFJob {}/{job} with {patch}: {e}", self.name);
+        Case {
+            s,
+            ns: self,
+            name: name.to_owned(),
         }
     }
 
@@ -328,23 +261,11 @@ impl Ns {
 
     /// `(type, reason, note)` of every event about the TFJob `job`.
     async fn events_of(&self, job: &str) -> Vec<(String, String, String)> {
-        let list = self.events.list(&ListParams::default()).await.map_or_else(
-            |e| panic!("listing events of {}: {e}", self.name),
-            |l| l.items,
-        );
-        list.into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("TFJob") && r.name.as_deref() == Some(job)
-                })
-            })
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
+        common::events_about(&self.client, &self.name, "TFJob")
+            .await
+            .into_iter()
+            .filter(|(about, _)| about == job)
+            .map(|(_, e)| common::summary(e))
             .collect()
     }
 
@@ -371,52 +292,54 @@ impl Ns {
                     .unwrap_or_default(),
             ));
         }
-        let services: Vec<String> = self
-            .services_of(job)
-            .await
-            .iter()
-            .map(|s| s.name_any())
-            .collect();
+        let services = service_names(&self.services_of(job).await);
         out.push_str(&format!("services: {services:?}\nevents:\n"));
         for (t, reason, note) in self.events_of(job).await {
             out.push_str(&format!("  {t} {reason}: {note}\n"));
         }
         out
     }
+}
 
+// ---------------------------------------------------------------------------------------------
+// One job of one scenario: waits and assertions that name the scenario
+
+/// A submitted job, with the scenario it belongs to (named by every failure about it).
+struct Case<'a> {
+    s: &'a str,
+    ns: &'a Ns,
+    name: String,
+}
+
+impl Case<'_> {
     /// Polls `check` until it gives a value; on timeout fails naming the scenario, what was
     /// awaited and the job's state.
-    async fn until<T, F, Fut>(&self, scenario: &str, job: &str, what: &str, mut check: F) -> T
+    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                panic!(
-                    "[{scenario}] timed out after {WAIT:?} waiting for {what} of TFJob {}/{job}\n{}",
-                    self.name,
-                    self.report(job).await
-                );
-            }
-            tokio::time::sleep(POLL).await;
+        let found = common::poll(WAIT, POLL, || {
+            let next = check();
+            async move { next.await.ok_or(()) }
+        })
+        .await;
+        match found {
+            Ok(v) => v,
+            Err(()) => panic!(
+                "[{}] timed out after {WAIT:?} waiting for {what} of TFJob {}/{}\n{}",
+                self.s,
+                self.ns.name,
+                self.name,
+                self.ns.report(&self.name).await
+            ),
         }
     }
 
     /// Waits until the watched job satisfies `done`, and returns that version.
-    async fn until_job(
-        &self,
-        scenario: &str,
-        job: &str,
-        what: &str,
-        done: impl Fn(&TFJob) -> bool,
-    ) -> TFJob {
-        self.until(scenario, job, what, || {
-            let o = self.observed(job);
+    async fn until_job(&self, what: &str, done: impl Fn(&TFJob) -> bool) -> TFJob {
+        self.until(what, || {
+            let o = self.observed();
             let found = o.last.filter(|j| !o.deleted && done(j));
             async move { found }
         })
@@ -424,44 +347,58 @@ impl Ns {
     }
 
     /// Waits until the job has the condition `type_` with status True.
-    async fn until_true(&self, scenario: &str, job: &str, type_: JobConditionType) -> TFJob {
-        self.until_job(scenario, job, &format!("condition {type_:?}=True"), |j| {
-            is_true(j, type_)
+    async fn until_true(&self, type_: JobConditionType) -> TFJob {
+        self.until_job(&format!("condition {type_:?}=True"), |j| is_true(j, type_))
+            .await
+    }
+
+    /// Waits until `replicaStatuses` counts `(active, succeeded, failed)` of each replica type.
+    async fn until_counts(&self, want: &[(&str, (i32, i32, i32))]) -> TFJob {
+        let what: Vec<String> = want
+            .iter()
+            .map(|(rtype, (a, s, f))| format!("{rtype} {a}/{s}/{f}"))
+            .collect();
+        let what = format!("replicaStatuses {}", what.join(", "));
+        self.until_job(&what, |j| {
+            want.iter()
+                .all(|(rtype, counts)| replica_counts(j, rtype) == Some(*counts))
         })
         .await
     }
 
     /// Waits until the job is deleted; returns its last version.
-    async fn until_gone(&self, scenario: &str, job: &str) -> TFJob {
-        self.until(scenario, job, "the job's deletion", || async {
-            let o = self.observed(job);
-            let gone = matches!(self.jobs.get_opt(job).await, Ok(None));
+    async fn until_gone(&self) -> TFJob {
+        self.until("the job's deletion", || async {
+            let o = self.observed();
+            let gone = matches!(self.ns.jobs.get_opt(&self.name).await, Ok(None));
             if o.deleted && gone { o.last } else { None }
         })
         .await
     }
 
     /// Waits until the job's pods satisfy `done`; returns them sorted by name.
-    async fn until_pods(
-        &self,
-        scenario: &str,
-        job: &str,
-        what: &str,
-        done: impl Fn(&[Pod]) -> bool,
-    ) -> Vec<Pod> {
-        self.until(scenario, job, what, || async {
-            let pods = self.pods_of(job).await;
+    async fn until_pods(&self, what: &str, done: impl Fn(&[Pod]) -> bool) -> Vec<Pod> {
+        self.until(what, || async {
+            let pods = self.pods().await;
             done(&pods).then_some(pods)
         })
         .await
     }
 
+    /// Waits until the job has `n` pods, all running.
+    async fn until_running(&self, what: &str, n: usize) -> Vec<Pod> {
+        self.until_pods(what, |p| {
+            p.len() == n && p.iter().all(|p| phase(p) == "Running")
+        })
+        .await
+    }
+
     /// Waits until the job's pods and services are exactly `names`.
-    async fn until_objects(&self, scenario: &str, job: &str, names: &[String]) {
+    async fn until_objects(&self, names: &[String]) {
         let what = format!("pods and services {names:?}");
-        self.until(scenario, job, &what, || async {
-            let pods = self.pods_of(job).await;
-            let services = self.services_of(job).await;
+        self.until(&what, || async {
+            let pods = self.pods().await;
+            let services = self.services().await;
             (pod_names(&pods) == names && service_names(&services) == names).then_some(())
         })
         .await;
@@ -469,10 +406,10 @@ impl Ns {
 
     /// Waits for an event about the job with `reason` whose note contains `text`; returns the
     /// note.
-    async fn until_event(&self, scenario: &str, job: &str, reason: &str, text: &str) -> String {
+    async fn until_event(&self, reason: &str, text: &str) -> String {
         let what = format!("an event {reason} containing {text:?}");
-        self.until(scenario, job, &what, || async {
-            self.events_of(job)
+        self.until(&what, || async {
+            self.events()
                 .await
                 .into_iter()
                 .find(|(_, r, note)| r == reason && note.contains(text))
@@ -480,46 +417,170 @@ impl Ns {
         })
         .await
     }
+
+    /// [`until_event`](Case::until_event) for each `(reason, text)`, in turn.
+    async fn until_events(&self, events: &[(&str, &str)]) {
+        for (reason, text) in events {
+            self.until_event(reason, text).await;
+        }
+    }
+
+    fn observed(&self) -> Observed {
+        self.ns.observed(&self.name)
+    }
+
+    fn history(&self) -> Vec<Vec<Shape>> {
+        self.ns.history(&self.name)
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        self.ns.pods_of(&self.name).await
+    }
+
+    async fn services(&self) -> Vec<Service> {
+        self.ns.services_of(&self.name).await
+    }
+
+    async fn events(&self) -> Vec<(String, String, String)> {
+        self.ns.events_of(&self.name).await
+    }
+
+    async fn patch(&self, patch: Value) {
+        if let Err(e) = self
+            .ns
+            .jobs
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            panic!(
+                "patching TFJob {}/{} with {patch}: {e}",
+                self.ns.name, self.name
+            );
+        }
+    }
+
+    /// Deletes the job and waits until its pods and services have gone with it.
+    async fn delete(&self) {
+        self.ns
+            .jobs
+            .delete(&self.name, &DeleteParams::background())
+            .await
+            .unwrap_or_else(|e| panic!("[{}] deleting the job: {e}", self.s));
+        self.until_objects(&[]).await;
+    }
+
+    /// The job's pods, which must be exactly `names`.
+    async fn pods_named(&self, names: &[&str]) -> Vec<Pod> {
+        let pods = self.pods().await;
+        assert_eq!(pod_names(&pods), names, "[{}]", self.s);
+        pods
+    }
+
+    /// The job's services, which must be exactly `names`.
+    async fn services_named(&self, names: &[&str]) -> Vec<Service> {
+        let services = self.services().await;
+        assert_eq!(service_names(&services), names, "[{}]", self.s);
+        services
+    }
+
+    fn assert_history(&self, job: &TFJob, want: Vec<Vec<Shape>>) {
+        assert_eq!(
+            self.history(),
+            want,
+            "[{}] condition sequence; status: {}",
+            self.s,
+            show(job)
+        );
+    }
+
+    /// Some published version of the conditions held `cond`.
+    fn assert_published(&self, cond: Cond) {
+        let history = self.history();
+        assert!(
+            history.iter().any(|h| h.contains(&c(cond))),
+            "[{}] {:?} was published: {history:?}",
+            self.s,
+            cond.0
+        );
+    }
+
+    fn assert_message(&self, job: &TFJob, type_: JobConditionType, want: &str) {
+        assert_eq!(message(job, type_), want, "[{}]", self.s);
+    }
+
+    /// `(active, succeeded, failed)` of replica type `rtype`.
+    fn assert_counts(&self, job: &TFJob, rtype: &str, want: (i32, i32, i32)) {
+        assert_eq!(
+            replica_counts(job, rtype),
+            Some(want),
+            "[{}] replicaStatuses of {rtype}: {}",
+            self.s,
+            show(job)
+        );
+    }
+
+    fn assert_restart_count(&self, job: &TFJob, want: Option<i32>) {
+        assert_eq!(
+            status(job).restart_count,
+            want,
+            "[{}] {}",
+            self.s,
+            show(job)
+        );
+    }
+
+    /// The job's restart record of pod `pod`.
+    fn restarts_of<'j>(&self, job: &'j TFJob, pod: &str) -> &'j PodRestarts {
+        status(job)
+            .pod_restarts
+            .get(pod)
+            .unwrap_or_else(|| panic!("[{}] a restart record of {pod}: {}", self.s, show(job)))
+    }
+
+    /// The operator recreated pod `pod` exactly `count` times.
+    fn assert_recreated(&self, job: &TFJob, pod: &str, count: i32) {
+        let record = self.restarts_of(job, pod);
+        assert_eq!(record.count, count, "[{}] {}", self.s, show(job));
+    }
+
+    /// `pod` is not the incarnation the operator deleted last.
+    fn assert_new_incarnation(&self, job: &TFJob, pod: &Pod) {
+        let record = self.restarts_of(job, &pod.name_any());
+        assert_ne!(
+            pod.uid().as_deref(),
+            Some(record.last_deleted_uid.as_str()),
+            "[{}] {} is a new incarnation",
+            self.s,
+            pod.name_any()
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Building jobs and reading objects
+// Reading objects
 
-/// A TFJob with this spec.
-fn tfjob(name: &str, spec: Value) -> TFJob {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .unwrap_or_else(|e| panic!("TFJob {name} is well formed: {e}"))
-}
-
-/// One replica spec: `replicas` pods under restart policy `policy` (empty: the default),
-/// scripted by `sim` (`("duration", "1s")` is the annotation `sim.tfjob.dev/duration`).
-fn replica(replicas: i32, policy: &str, sim: &[(&str, &str)]) -> Value {
-    let annotations: serde_json::Map<String, Value> = sim
-        .iter()
-        .map(|(k, v)| (format!("sim.tfjob.dev/{k}"), json!(v)))
-        .collect();
-    let mut spec = json!({
-        "replicas": replicas,
-        "template": {
-            "metadata": {"annotations": annotations},
-            "spec": {"containers": [{"name": "tensorflow", "image": IMAGE}]},
-        },
-    });
-    if !policy.is_empty() {
-        spec["restartPolicy"] = json!(policy);
-    }
-    spec
-}
-
+/// A condition as (type, status, reason).
 type Shape = (JobConditionType, ConditionStatus, String);
+/// A [`Shape`] to expect.
+type Cond = (JobConditionType, ConditionStatus, &'static str);
 
-fn c(type_: JobConditionType, status: ConditionStatus, reason: &str) -> Shape {
+const CREATED: Cond = (Created, True, "TFJobCreated");
+const RUNNING: Cond = (Running, True, "TFJobRunning");
+const SUCCEEDED: Cond = (Succeeded, True, "TFJobSucceeded");
+const FAILED: Cond = (Failed, True, "TFJobFailed");
+const RESTARTING: Cond = (Restarting, True, "TFJobRestarting");
+
+fn c((type_, status, reason): Cond) -> Shape {
     (type_, status, reason.to_owned())
+}
+
+fn shapes(conds: &[Cond]) -> Vec<Shape> {
+    conds.iter().copied().map(c).collect()
+}
+
+/// A condition history: one list of conditions a version.
+fn sequence(versions: &[&[Cond]]) -> Vec<Vec<Shape>> {
+    versions.iter().map(|v| shapes(v)).collect()
 }
 
 fn shape(conditions: &[JobCondition]) -> Vec<Shape> {
@@ -540,10 +601,6 @@ fn status(job: &TFJob) -> &TFJobStatus {
         .unwrap_or_else(|| panic!("TFJob {} has a status", job.name_any()))
 }
 
-fn is_true(job: &TFJob, type_: JobConditionType) -> bool {
-    job.status.as_ref().is_some_and(|s| s.is_true(type_))
-}
-
 fn conditions(job: &TFJob) -> Vec<Shape> {
     job.status
         .as_ref()
@@ -559,29 +616,21 @@ fn message(job: &TFJob, type_: JobConditionType) -> String {
 }
 
 /// `(active, succeeded, failed)` of one replica type.
-fn counts(job: &TFJob, rtype: &str) -> Option<(i32, i32, i32)> {
+fn replica_counts(job: &TFJob, rtype: &str) -> Option<(i32, i32, i32)> {
     let rs = job.status.as_ref()?.replica_statuses.get(rtype)?;
     Some((rs.active, rs.succeeded, rs.failed))
 }
 
-fn time(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
+fn time(t: &Option<Time>) -> Option<Timestamp> {
     t.as_ref().map(|t| t.0)
 }
 
-fn phase(pod: &Pod) -> String {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.clone())
-        .unwrap_or_else(|| "Pending".into())
+fn start_time(job: &TFJob) -> Timestamp {
+    time(&status(job).start_time).expect("startTime")
 }
 
-fn main_status(pod: &Pod) -> Option<&ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == "tensorflow")
+fn completion_time(job: &TFJob) -> Timestamp {
+    time(&status(job).completion_time).expect("completionTime")
 }
 
 /// When the `tensorflow` container of a finished pod ended.
@@ -590,19 +639,6 @@ fn finished_at(pod: &Pod) -> Timestamp {
         .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
         .map(|t| t.0)
         .unwrap_or_else(|| panic!("pod {} has terminated", pod.name_any()))
-}
-
-fn env(pod: &Pod, name: &str) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "tensorflow")?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
 }
 
 fn pod_names(pods: &[Pod]) -> Vec<String> {
@@ -632,9 +668,12 @@ fn replica_labels(job: &str, rtype: &str, index: i32) -> BTreeMap<String, String
     ])
 }
 
+/// A replica: lower-case type, index, and whether its pod has the master role.
+type Replica = (&'static str, i32, bool);
+
 /// The pod of replica `rtype` `index` of `job`: name, labels (with the master role when
 /// `master`), controller owner, restart policy, template annotations kept, policies named.
-fn check_pod(s: &str, job: &TFJob, pod: &Pod, rtype: &str, index: i32, master: bool, policy: &str) {
+fn check_pod(s: &str, job: &TFJob, pod: &Pod, (rtype, index, master): Replica, policy: &str) {
     let name = job.name_any();
     assert_eq!(pod.name_any(), format!("{name}-{rtype}-{index}"), "[{s}]");
     let mut labels = replica_labels(&name, rtype, index);
@@ -669,11 +708,14 @@ fn check_pod(s: &str, job: &TFJob, pod: &Pod, rtype: &str, index: i32, master: b
     );
 }
 
-fn check_owner(
-    s: &str,
-    job: &TFJob,
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) {
+/// [`check_pod`] of each pod, against the replica of the same position.
+fn check_pods(s: &str, job: &TFJob, pods: &[Pod], replicas: &[Replica], policy: &str) {
+    for (pod, replica) in pods.iter().zip(replicas) {
+        check_pod(s, job, pod, *replica, policy);
+    }
+}
+
+fn check_owner(s: &str, job: &TFJob, meta: &ObjectMeta) {
     let owners = meta.owner_references.clone().unwrap_or_default();
     assert_eq!(
         owners.len(),
@@ -743,6 +785,18 @@ fn check_service(s: &str, job: &TFJob, svc: &Service, rtype: &str, index: i32) {
     );
 }
 
+/// [`check_service`] of each service, against the replica of the same position.
+fn check_services(s: &str, job: &TFJob, services: &[Service], replicas: &[Replica]) {
+    for (svc, (rtype, index, _)) in services.iter().zip(replicas) {
+        check_service(s, job, svc, rtype, *index);
+    }
+}
+
+/// `TF_CONFIG` of task `rtype` `index`, given the `"cluster":{…}` part.
+fn tf_config(cluster: &str, rtype: &str, index: i32) -> String {
+    format!(r#"{{{cluster},"task":{{"type":"{rtype}","index":{index}}},"environment":"cloud"}}"#)
+}
+
 /// The string form of a replica type's selector in `replicaStatuses`.
 fn selector(job: &str, rtype: &str) -> String {
     format!("{JOB_NAME}={job},{OPERATOR_NAME}=tfjob-controller,{REPLICA_TYPE}={rtype}")
@@ -758,18 +812,11 @@ fn deadline_message(job: &str) -> String {
 
 /// The typical sequence of a job that ran to success.
 fn ran_to_success() -> Vec<Vec<Shape>> {
-    vec![
-        vec![c(Created, True, "TFJobCreated")],
-        vec![
-            c(Created, True, "TFJobCreated"),
-            c(Running, True, "TFJobRunning"),
-        ],
-        vec![
-            c(Created, True, "TFJobCreated"),
-            c(Running, False, "TFJobRunning"),
-            c(Succeeded, True, "TFJobSucceeded"),
-        ],
-    ]
+    sequence(&[
+        &[CREATED],
+        &[CREATED, RUNNING],
+        &[CREATED, (Running, False, "TFJobRunning"), SUCCEEDED],
+    ])
 }
 
 fn secs(n: i64) -> SignedDuration {
@@ -781,46 +828,33 @@ fn secs(n: i64) -> SignedDuration {
 
 #[test]
 fn local_ps_worker_and_chief_jobs_run_to_success() {
-    shared().run("normal", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario("normal path: local job", &["local"], local_job(&ns)),
-                scenario("normal path: PS/Worker job", &["psw"], ps_worker_job(&ns)),
-                scenario("normal path: Chief job", &["chief"], chief_job(&ns)),
-            ],
-        )
-        .await;
+    run(shared(), "normal", |ns| {
+        vec![
+            scenario("normal path: local job", &["local"], local_job(ns)),
+            scenario("normal path: PS/Worker job", &["psw"], ps_worker_job(ns)),
+            scenario("normal path: Chief job", &["chief"], chief_job(ns)),
+        ]
     });
 }
 
 /// A single worker: not distributed, no TF_CONFIG; worker 0 is the master role.
 async fn local_job(ns: &Ns) {
     const S: &str = "normal path: local job";
-    let name = "local";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "3s")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "3s")])}});
+    let j = ns.submit(S, "local", spec).await;
+    let job = j.until_true(Succeeded).await;
     let st = status(&job);
-    assert_eq!(
-        ns.history(name),
-        ran_to_success(),
-        "[{S}] condition sequence; status: {}",
-        show(&job)
-    );
-    let running = &ns.observed(name).history[1];
+    j.assert_history(&job, ran_to_success());
+    let running = &j.observed().history[1];
     assert_eq!(
         running[1].message, "TFJob normal/local is running.",
         "[{S}]"
     );
-    assert_eq!(message(&job, Created), "TFJob local is created.", "[{S}]");
-    assert_eq!(
-        message(&job, Succeeded),
+    j.assert_message(&job, Created, "TFJob local is created.");
+    j.assert_message(
+        &job,
+        Succeeded,
         "TFJob normal/local successfully completed.",
-        "[{S}]"
     );
     let (start, done) = (time(&st.start_time), time(&st.completion_time));
     assert!(
@@ -828,23 +862,17 @@ async fn local_job(ns: &Ns) {
         "[{S}] startTime and completionTime: {}",
         show(&job)
     );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 1, 0)),
-        "[{S}] replicaStatuses: {}",
-        show(&job)
-    );
+    j.assert_counts(&job, "Worker", (0, 1, 0));
     let worker = &st.replica_statuses["Worker"];
     assert_eq!(
         worker.selector.as_deref(),
-        Some(selector(name, "worker").as_str()),
+        Some(selector("local", "worker").as_str()),
         "[{S}]"
     );
-    assert_eq!(st.restart_count, None, "[{S}] {}", show(&job));
+    j.assert_restart_count(&job, None);
 
-    let pods = ns.pods_of(name).await;
-    assert_eq!(pod_names(&pods), names(&["local-worker-0"]), "[{S}]");
-    check_pod(S, &job, &pods[0], "worker", 0, true, "Never");
+    let pods = j.pods_named(&["local-worker-0"]).await;
+    check_pod(S, &job, &pods[0], ("worker", 0, true), "Never");
     assert_eq!(phase(&pods[0]), "Succeeded", "[{S}]");
     assert_eq!(
         env(&pods[0], "TF_CONFIG"),
@@ -853,154 +881,103 @@ async fn local_job(ns: &Ns) {
     );
     assert_eq!(
         env(&pods[0], "TFJOB_NAME").as_deref(),
-        Some(name),
+        Some("local"),
         "[{S}] the default decoration sets TFJOB_* variables"
     );
-    let services = ns.services_of(name).await;
-    assert_eq!(
-        service_names(&services),
-        names(&["local-worker-0"]),
-        "[{S}]"
-    );
+    let services = j.services_named(&["local-worker-0"]).await;
     check_service(S, &job, &services[0], "worker", 0);
 
-    ns.until_event(
-        S,
-        name,
-        "SuccessfulCreatePod",
-        "Created pod: local-worker-0",
-    )
-    .await;
-    ns.until_event(
-        S,
-        name,
-        "SuccessfulCreateService",
-        "Created service: local-worker-0",
-    )
-    .await;
-    ns.until_event(
-        S,
-        name,
-        "TFJobSucceeded",
-        "TFJob normal/local successfully completed.",
-    )
+    j.until_events(&[
+        ("SuccessfulCreatePod", "Created pod: local-worker-0"),
+        ("SuccessfulCreateService", "Created service: local-worker-0"),
+        (
+            "TFJobSucceeded",
+            "TFJob normal/local successfully completed.",
+        ),
+    ])
     .await;
 }
 
 /// A PS and two workers without a chief: worker 0 decides, every pod gets TF_CONFIG.
 async fn ps_worker_job(ns: &Ns) {
     const S: &str = "normal path: PS/Worker job";
-    let name = "psw";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {
-            "PS": replica(1, "", &[("duration", "60s")]),
-            "Worker": replica(2, "", &[("duration", "3s")]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    assert_eq!(
-        ns.history(name),
-        ran_to_success(),
-        "[{S}] condition sequence; status: {}",
-        show(&job)
-    );
+    const REPLICAS: [Replica; 3] = [("ps", 0, false), ("worker", 0, true), ("worker", 1, false)];
+    let spec = json!({"tfReplicaSpecs": {
+        "PS": replica(1, "", &[("duration", "60s")]),
+        "Worker": replica(2, "", &[("duration", "3s")]),
+    }});
+    let j = ns.submit(S, "psw", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_history(&job, ran_to_success());
     // A succeeded job reports its still-running PS as succeeded.
-    let job = ns
-        .until_job(S, name, "replicaStatuses PS 0/1/0, Worker 0/2/0", |j| {
-            counts(j, "PS") == Some((0, 1, 0)) && counts(j, "Worker") == Some((0, 2, 0))
-        })
+    let job = j
+        .until_counts(&[("PS", (0, 1, 0)), ("Worker", (0, 2, 0))])
         .await;
     assert!(time(&status(&job).completion_time).is_some(), "[{S}]");
 
-    let all = names(&["psw-ps-0", "psw-worker-0", "psw-worker-1"]);
-    let pods = ns.pods_of(name).await;
-    assert_eq!(pod_names(&pods), all, "[{S}]");
-    check_pod(S, &job, &pods[0], "ps", 0, false, "Never");
-    check_pod(S, &job, &pods[1], "worker", 0, true, "Never");
-    check_pod(S, &job, &pods[2], "worker", 1, false, "Never");
+    let all = ["psw-ps-0", "psw-worker-0", "psw-worker-1"];
+    let pods = j.pods_named(&all).await;
+    check_pods(S, &job, &pods, &REPLICAS, "Never");
     assert_eq!(
         phase(&pods[0]),
         "Running",
         "[{S}] cleanPodPolicy defaults to None: the PS keeps running"
     );
     let cluster = r#""cluster":{"ps":["psw-ps-0.normal.svc:2222"],"worker":["psw-worker-0.normal.svc:2222","psw-worker-1.normal.svc:2222"]}"#;
-    for (pod, task) in pods.iter().zip([("ps", 0), ("worker", 0), ("worker", 1)]) {
+    for (pod, (rtype, index, _)) in pods.iter().zip(REPLICAS) {
         assert_eq!(
             env(pod, "TF_CONFIG"),
-            Some(format!(
-                r#"{{{cluster},"task":{{"type":"{}","index":{}}},"environment":"cloud"}}"#,
-                task.0, task.1
-            )),
+            Some(tf_config(cluster, rtype, index)),
             "[{S}] TF_CONFIG of {}",
             pod.name_any()
         );
     }
-    let services = ns.services_of(name).await;
-    assert_eq!(service_names(&services), all, "[{S}]");
-    check_service(S, &job, &services[0], "ps", 0);
-    check_service(S, &job, &services[1], "worker", 0);
-    check_service(S, &job, &services[2], "worker", 1);
+    let services = j.services_named(&all).await;
+    check_services(S, &job, &services, &REPLICAS);
 }
 
 /// A chief and two workers: the chief is the master role and decides; workers finishing
 /// first do not complete the job.
 async fn chief_job(ns: &Ns) {
     const S: &str = "normal path: Chief job";
-    let name = "chief";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {
-            "Chief": replica(1, "", &[("duration", "4s")]),
-            "Worker": replica(2, "", &[("duration", "1s")]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    assert_eq!(
-        ns.history(name),
-        ran_to_success(),
-        "[{S}] condition sequence; status: {}",
-        show(&job)
-    );
-    assert_eq!(
-        message(&job, Succeeded),
+    let spec = json!({"tfReplicaSpecs": {
+        "Chief": replica(1, "", &[("duration", "4s")]),
+        "Worker": replica(2, "", &[("duration", "1s")]),
+    }});
+    let j = ns.submit(S, "chief", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_history(&job, ran_to_success());
+    j.assert_message(
+        &job,
+        Succeeded,
         "TFJob normal/chief successfully completed.",
-        "[{S}]"
     );
-    let job = ns
-        .until_job(S, name, "replicaStatuses Chief 0/1/0, Worker 0/2/0", |j| {
-            counts(j, "Chief") == Some((0, 1, 0)) && counts(j, "Worker") == Some((0, 2, 0))
-        })
+    let job = j
+        .until_counts(&[("Chief", (0, 1, 0)), ("Worker", (0, 2, 0))])
         .await;
-    let pods = ns.pods_of(name).await;
-    assert_eq!(
-        pod_names(&pods),
-        names(&["chief-chief-0", "chief-worker-0", "chief-worker-1"]),
-        "[{S}]"
-    );
-    check_pod(S, &job, &pods[0], "chief", 0, true, "Never");
-    check_pod(S, &job, &pods[1], "worker", 0, false, "Never");
-    check_pod(S, &job, &pods[2], "worker", 1, false, "Never");
+    let pods = j
+        .pods_named(&["chief-chief-0", "chief-worker-0", "chief-worker-1"])
+        .await;
+    let replicas = [
+        ("chief", 0, true),
+        ("worker", 0, false),
+        ("worker", 1, false),
+    ];
+    check_pods(S, &job, &pods, &replicas, "Never");
     let cluster = r#""cluster":{"chief":["chief-chief-0.normal.svc:2222"],"worker":["chief-worker-0.normal.svc:2222","chief-worker-1.normal.svc:2222"]}"#;
     assert_eq!(
         env(&pods[0], "TF_CONFIG"),
-        Some(format!(
-            r#"{{{cluster},"task":{{"type":"chief","index":0}},"environment":"cloud"}}"#
-        )),
+        Some(tf_config(cluster, "chief", 0)),
         "[{S}] TF_CONFIG of the chief"
     );
     assert_eq!(
         env(&pods[2], "TF_CONFIG"),
-        Some(format!(
-            r#"{{{cluster},"task":{{"type":"worker","index":1}},"environment":"cloud"}}"#
-        )),
+        Some(tf_config(cluster, "worker", 1)),
         "[{S}] TF_CONFIG of worker 1"
     );
     // The workers were done well before the chief; the job completed with the chief.
     let chief_done = finished_at(&pods[0]);
-    let completion = time(&status(&job).completion_time).expect("completionTime");
+    let completion = completion_time(&job);
     for worker in &pods[1..] {
         assert!(
             finished_at(worker) < chief_done,
@@ -1012,7 +989,7 @@ async fn chief_job(ns: &Ns) {
         completion >= chief_done,
         "[{S}] the job completed ({completion}) only once the chief had ({chief_done})"
     );
-    let services = ns.services_of(name).await;
+    let services = j.services().await;
     assert_eq!(service_names(&services), pod_names(&pods), "[{S}]");
     check_service(S, &job, &services[0], "chief", 0);
 }
@@ -1022,39 +999,31 @@ async fn chief_job(ns: &Ns) {
 
 #[test]
 fn success_policies_decide_when_a_job_completes() {
-    shared().run("success", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario(
-                    "worker 0 decides",
-                    &["worker-zero"],
-                    worker_zero_decides(&ns),
-                ),
-                scenario(
-                    "another worker first",
-                    &["worker-one-first"],
-                    another_worker_first(&ns),
-                ),
-                scenario("AllWorkers", &["all-workers"], all_workers(&ns)),
-            ],
-        )
-        .await;
+    run(shared(), "success", |ns| {
+        vec![
+            scenario(
+                "worker 0 decides",
+                &["worker-zero"],
+                worker_zero_decides(ns),
+            ),
+            scenario(
+                "another worker first",
+                &["worker-one-first"],
+                another_worker_first(ns),
+            ),
+            scenario("AllWorkers", &["all-workers"], all_workers(ns)),
+        ]
     });
 }
 
 /// Without a chief, worker 0 succeeding completes the job while the others still run.
 async fn worker_zero_decides(ns: &Ns) {
     const S: &str = "success policy default: worker 0 decides";
-    let name = "worker-zero";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(3, "", &[("duration", "0=2s,*=60s")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let pods = ns.pods_of(name).await;
-    let phases: Vec<String> = pods.iter().map(phase).collect();
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(3, "", &[("duration", "0=2s,*=60s")])}});
+    let j = ns.submit(S, "worker-zero", spec).await;
+    let job = j.until_true(Succeeded).await;
+    let pods = j.pods().await;
+    let phases: Vec<&str> = pods.iter().map(phase).collect();
     assert_eq!(
         phases,
         ["Succeeded", "Running", "Running"],
@@ -1073,16 +1042,12 @@ async fn worker_zero_decides(ns: &Ns) {
 /// Without a chief, another worker succeeding first changes nothing: worker 0 decides.
 async fn another_worker_first(ns: &Ns) {
     const S: &str = "success policy default: another worker succeeds first";
-    let name = "worker-one-first";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "0=4s,1=1s")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let pods = ns.pods_of(name).await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "0=4s,1=1s")])}});
+    let j = ns.submit(S, "worker-one-first", spec).await;
+    let job = j.until_true(Succeeded).await;
+    let pods = j.pods().await;
     let (w0, w1) = (finished_at(&pods[0]), finished_at(&pods[1]));
-    let completion = time(&status(&job).completion_time).expect("completionTime");
+    let completion = completion_time(&job);
     assert!(w1 < w0, "[{S}] worker 1 finished first ({w1} < {w0})");
     assert!(
         completion >= w0,
@@ -1094,24 +1059,15 @@ async fn another_worker_first(ns: &Ns) {
 /// `AllWorkers`: worker 0 succeeding is not enough, every worker must.
 async fn all_workers(ns: &Ns) {
     const S: &str = "success policy AllWorkers";
-    let name = "all-workers";
-    ns.create(tfjob(
-        name,
-        json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
-            "Worker": replica(3, "", &[("duration", "0=1s,1=2s,2=4s")]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 3, 0)),
-        "[{S}] {}",
-        show(&job)
-    );
-    let pods = ns.pods_of(name).await;
+    let spec = json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
+        "Worker": replica(3, "", &[("duration", "0=1s,1=2s,2=4s")]),
+    }});
+    let j = ns.submit(S, "all-workers", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_counts(&job, "Worker", (0, 3, 0));
+    let pods = j.pods().await;
     let (first, last) = (finished_at(&pods[0]), finished_at(&pods[2]));
-    let completion = time(&status(&job).completion_time).expect("completionTime");
+    let completion = completion_time(&job);
     assert!(
         first < last,
         "[{S}] worker 0 finished first ({first} < {last})"
@@ -1121,7 +1077,7 @@ async fn all_workers(ns: &Ns) {
         "[{S}] the job completed ({completion}) only once the last worker had ({last}); status: {}",
         show(&job)
     );
-    assert_eq!(ns.history(name), ran_to_success(), "[{S}] {}", show(&job));
+    assert_eq!(j.history(), ran_to_success(), "[{S}] {}", show(&job));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1129,35 +1085,23 @@ async fn all_workers(ns: &Ns) {
 
 #[test]
 fn a_replica_failing_under_never_fails_the_job() {
-    shared().run("failure", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario("PS fails", &["ps-fails"], ps_fails(&ns)),
-                scenario("Worker fails", &["worker-fails"], worker_fails(&ns)),
-                scenario("Chief fails", &["chief-fails"], chief_fails(&ns)),
-            ],
-        )
-        .await;
+    run(shared(), "failure", |ns| {
+        vec![
+            scenario("PS fails", &["ps-fails"], ps_fails(ns)),
+            scenario("Worker fails", &["worker-fails"], worker_fails(ns)),
+            scenario("Chief fails", &["chief-fails"], chief_fails(ns)),
+        ]
     });
 }
 
-/// The job failed, the failed pod was kept as it is, nothing was restarted.
-async fn check_failed(s: &str, ns: &Ns, name: &str, pod: &str) -> TFJob {
-    let job = ns.until_true(s, name, Failed).await;
+/// The job failed, the failed pod was kept as it is, nothing was restarted. Returns the job and
+/// its Failed message.
+async fn check_failed(j: &Case<'_>, pod: &str) -> (TFJob, String) {
+    let s = j.s;
+    let job = j.until_true(Failed).await;
     let shapes = conditions(&job);
-    assert_eq!(
-        shapes.first(),
-        Some(&c(Created, True, "TFJobCreated")),
-        "[{s}] {}",
-        show(&job)
-    );
-    assert_eq!(
-        shapes.last(),
-        Some(&c(Failed, True, "TFJobFailed")),
-        "[{s}] {}",
-        show(&job)
-    );
+    assert_eq!(shapes.first(), Some(&c(CREATED)), "[{s}] {}", show(&job));
+    assert_eq!(shapes.last(), Some(&c(FAILED)), "[{s}] {}", show(&job));
     assert!(
         !shapes
             .iter()
@@ -1170,103 +1114,73 @@ async fn check_failed(s: &str, ns: &Ns, name: &str, pod: &str) -> TFJob {
     assert_eq!(st.restart_count, None, "[{s}] {}", show(&job));
     assert!(st.pod_restarts.is_empty(), "[{s}] {}", show(&job));
     assert!(
-        !ns.history(name)
+        !j.history()
             .iter()
             .flatten()
             .any(|(t, _, _)| *t == Restarting || *t == Succeeded),
         "[{s}] never Restarting nor Succeeded: {:?}",
-        ns.history(name)
+        j.history()
     );
-    let pods = ns.pods_of(name).await;
+    let pods = j.pods().await;
     assert_eq!(
         phase(find(&pods, pod)),
         "Failed",
         "[{s}] the failed pod {pod} stays"
     );
     let text = message(&job, Failed);
-    ns.until_event(s, name, "TFJobFailed", &text).await;
-    job
+    j.until_event("TFJobFailed", &text).await;
+    (job, text)
 }
 
 async fn ps_fails(ns: &Ns) {
-    const S: &str = "failure: PS fails under Never";
-    let name = "ps-fails";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {
-            "PS": replica(1, "", &[("duration", "1s"), ("exit-code", "1")]),
-            "Worker": replica(2, "", &[("duration", "30s")]),
-        }}),
-    ))
-    .await;
-    let job = check_failed(S, ns, name, "ps-fails-ps-0").await;
-    let text = message(&job, Failed);
-    assert!(
-        text.starts_with(
-            "TFJob failure/ps-fails has failed because 1 PS replica(s) failed. \
-             Pod ps-fails-ps-0: UnknownError (policy default-classify@"
-        ),
-        "[{S}] {text}"
-    );
-    assert!(
-        text.contains("[tensorflow] terminated with exit code (1). Reason [Error]."),
-        "[{S}] {text}"
-    );
-    assert_eq!(counts(&job, "PS"), Some((0, 0, 1)), "[{S}] {}", show(&job));
+    let spec = json!({"tfReplicaSpecs": {
+        "PS": replica(1, "", &[("duration", "1s"), ("exit-code", "1")]),
+        "Worker": replica(2, "", &[("duration", "30s")]),
+    }});
+    let detail = "[tensorflow] terminated with exit code (1). Reason [Error].";
+    sole_replica_fails(ns, "failure: PS fails under Never", "PS", spec, detail).await;
 }
 
 async fn worker_fails(ns: &Ns) {
     const S: &str = "failure: Worker fails under Never";
-    let name = "worker-fails";
     // Worker 1 is killed (137): retryable, but Never restarts nothing.
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(2, "Never", &[
-            ("duration", "1=1s,*=30s"), ("exit-code", "1=137,*=0"),
-        ])}}),
-    ))
-    .await;
-    let job = check_failed(S, ns, name, "worker-fails-worker-1").await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(2, "Never", &[
+        ("duration", "1=1s,*=30s"), ("exit-code", "1=137,*=0"),
+    ])}});
+    let j = ns.submit(S, "worker-fails", spec).await;
+    let (job, text) = check_failed(&j, "worker-fails-worker-1").await;
     assert_eq!(
-        message(&job, Failed),
-        "TFJob failure/worker-fails has failed because 1 Worker replica(s) failed.",
+        text, "TFJob failure/worker-fails has failed because 1 Worker replica(s) failed.",
         "[{S}]"
     );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((1, 0, 1)),
-        "[{S}] {}",
-        show(&job)
-    );
+    j.assert_counts(&job, "Worker", (1, 0, 1));
 }
 
 async fn chief_fails(ns: &Ns) {
-    const S: &str = "failure: Chief fails under Never";
-    let name = "chief-fails";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {
-            "Chief": replica(1, "Never", &[("duration", "1s"), ("exit-code", "2")]),
-            "Worker": replica(1, "", &[("duration", "30s")]),
-        }}),
-    ))
-    .await;
-    let job = check_failed(S, ns, name, "chief-fails-chief-0").await;
-    let text = message(&job, Failed);
+    let spec = json!({"tfReplicaSpecs": {
+        "Chief": replica(1, "Never", &[("duration", "1s"), ("exit-code", "2")]),
+        "Worker": replica(1, "", &[("duration", "30s")]),
+    }});
+    let s = "failure: Chief fails under Never";
+    sole_replica_fails(ns, s, "Chief", spec, "exit code (2)").await;
+}
+
+/// The single replica of type `rtype` (job `<rtype>-fails`) exits with an error: the job fails
+/// with a message naming the pod, the verdict of the default classification and `detail`.
+async fn sole_replica_fails(ns: &Ns, s: &str, rtype: &str, spec: Value, detail: &str) {
+    let name = format!("{}-fails", rtype.to_lowercase());
+    let pod = format!("{name}-{}-0", rtype.to_lowercase());
+    let j = ns.submit(s, &name, spec).await;
+    let (job, text) = check_failed(&j, &pod).await;
     assert!(
-        text.starts_with(
-            "TFJob failure/chief-fails has failed because 1 Chief replica(s) failed. \
-             Pod chief-fails-chief-0: UnknownError (policy default-classify@"
-        ),
-        "[{S}] {text}"
+        text.starts_with(&format!(
+            "TFJob failure/{name} has failed because 1 {rtype} replica(s) failed. \
+             Pod {pod}: UnknownError (policy default-classify@"
+        )),
+        "[{s}] {text}"
     );
-    assert!(text.contains("exit code (2)"), "[{S}] {text}");
-    assert_eq!(
-        counts(&job, "Chief"),
-        Some((0, 0, 1)),
-        "[{S}] {}",
-        show(&job)
-    );
+    assert!(text.contains(detail), "[{s}] {text}");
+    j.assert_counts(&job, rtype, (0, 0, 1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1274,35 +1188,35 @@ async fn chief_fails(ns: &Ns) {
 
 #[test]
 fn restart_policies_restart_failed_replicas_within_the_backoff_limit() {
-    shared().run("restarts", |ns| async move {
+    run(shared(), "restarts", |ns| {
         let mut list = vec![
-            scenario("OnFailure in place", &["on-failure"], on_failure(&ns)),
+            scenario("OnFailure in place", &["on-failure"], on_failure(ns)),
             scenario(
                 "OnFailure over the backoff limit",
                 &["on-failure-backoff"],
-                on_failure_backoff(&ns),
+                on_failure_backoff(ns),
             ),
-            scenario("Always", &["always"], always(&ns)),
+            scenario("Always", &["always"], always(ns)),
             scenario(
                 "ExitCode retryable 137/143",
                 &["exit-retryable"],
-                exit_code_retryable(&ns),
+                exit_code_retryable(ns),
             ),
             scenario(
                 "ExitCode over the backoff limit",
                 &["exit-backoff"],
-                exit_code_backoff(&ns),
+                exit_code_backoff(ns),
             ),
-            scenario("backoffLimit 0", &["backoff-zero"], backoff_zero(&ns)),
+            scenario("backoffLimit 0", &["backoff-zero"], backoff_zero(ns)),
         ];
         for code in [1, 2, 126, 127] {
             list.push(scenario(
                 format!("ExitCode permanent {code}"),
                 &[format!("exit-{code}").as_str()],
-                exit_code_permanent(&ns, code),
+                exit_code_permanent(ns, code),
             ));
         }
-        scenarios(&ns, list).await;
+        list
     });
 }
 
@@ -1310,24 +1224,18 @@ fn restart_policies_restart_failed_replicas_within_the_backoff_limit() {
 /// second run of the same pod.
 async fn on_failure(ns: &Ns) {
     const S: &str = "restarts: OnFailure restarts the container in place";
-    let name = "on-failure";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
-            ("duration", "500ms"), ("exit-code", "1"), ("fail-times", "1"),
-        ])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let st = status(&job);
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
+        ("duration", "500ms"), ("exit-code", "1"), ("fail-times", "1"),
+    ])}});
+    let j = ns.submit(S, "on-failure", spec).await;
+    let job = j.until_true(Succeeded).await;
     assert!(
-        st.pod_restarts.is_empty(),
+        status(&job).pod_restarts.is_empty(),
         "[{S}] the pod was not recreated: {}",
         show(&job)
     );
-    let pods = ns.pods_of(name).await;
-    assert_eq!(pod_names(&pods), names(&["on-failure-worker-0"]), "[{S}]");
-    check_pod(S, &job, &pods[0], "worker", 0, true, "OnFailure");
+    let pods = j.pods_named(&["on-failure-worker-0"]).await;
+    check_pod(S, &job, &pods[0], ("worker", 0, true), "OnFailure");
     let main = main_status(&pods[0]).expect("container status");
     assert_eq!(main.restart_count, 1, "[{S}] one in-place restart");
     let last_exit = main
@@ -1344,80 +1252,55 @@ async fn on_failure(ns: &Ns) {
 async fn on_failure_backoff(ns: &Ns) {
     const S: &str = "restarts: OnFailure restarts reach backoffLimit";
     let name = "on-failure-backoff";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"backoffLimit": 2}, "tfReplicaSpecs": {
-            "Worker": replica(1, "OnFailure", &[("duration", "300ms"), ("exit-code", "1")]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
-    assert_eq!(message(&job, Failed), backoff_message(name), "[{S}]");
+    let spec = json!({"runPolicy": {"backoffLimit": 2}, "tfReplicaSpecs": {
+        "Worker": replica(1, "OnFailure", &[("duration", "300ms"), ("exit-code", "1")]),
+    }});
+    let j = ns.submit(S, name, spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(&job, Failed, &backoff_message(name));
     assert_eq!(
         conditions(&job).last(),
-        Some(&c(Failed, True, "TFJobFailed")),
+        Some(&c(FAILED)),
         "[{S}] {}",
         show(&job)
     );
     assert!(!is_true(&job, Succeeded), "[{S}] {}", show(&job));
     // The running pod is deleted to free its resources.
-    ns.until_objects(S, name, &[]).await;
-    ns.until_event(S, name, "TFJobFailed", &backoff_message(name))
-        .await;
+    j.until_objects(&[]).await;
+    j.until_event("TFJobFailed", &backoff_message(name)).await;
 }
 
 /// Always: a worker evicted (a pod-level failure) is recreated by the operator; the chief
 /// decides the job.
 async fn always(ns: &Ns) {
     const S: &str = "restarts: Always recreates an evicted worker";
-    let name = "always";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {
-            "Chief": replica(1, "", &[("duration", "8s")]),
-            "Worker": replica(1, "Always", &[
-                ("duration", "1s"), ("pod-reason", "Evicted"), ("fail-times", "1"),
-            ]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let st = status(&job);
-    assert_eq!(st.restart_count, Some(1), "[{S}] {}", show(&job));
-    let record = st
-        .pod_restarts
-        .get("always-worker-0")
-        .unwrap_or_else(|| panic!("[{S}] a restart record: {}", show(&job)));
-    assert_eq!(record.count, 1, "[{S}] {}", show(&job));
-    let pods = ns.pods_of(name).await;
+    let spec = json!({"tfReplicaSpecs": {
+        "Chief": replica(1, "", &[("duration", "8s")]),
+        "Worker": replica(1, "Always", &[
+            ("duration", "1s"), ("pod-reason", "Evicted"), ("fail-times", "1"),
+        ]),
+    }});
+    let j = ns.submit(S, "always", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_restart_count(&job, Some(1));
+    j.assert_recreated(&job, "always-worker-0", 1);
+    let pods = j.pods().await;
     let worker = find(&pods, "always-worker-0");
-    assert_ne!(
-        worker.uid().as_deref(),
-        Some(record.last_deleted_uid.as_str()),
-        "[{S}] the worker is a new incarnation"
-    );
-    check_pod(S, &job, worker, "worker", 0, false, "Always");
+    j.assert_new_incarnation(&job, worker);
+    check_pod(S, &job, worker, ("worker", 0, false), "Always");
     assert!(
         main_status(worker).is_some_and(|c| c.restart_count >= 1),
         "[{S}] under Always the kubelet restarts even a successful container in place"
     );
-    assert!(
-        ns.history(name)
-            .iter()
-            .any(|h| h.contains(&c(Restarting, True, "TFJobRestarting"))),
-        "[{S}] Restarting was published: {:?}",
-        ns.history(name)
-    );
+    j.assert_published(RESTARTING);
     assert_eq!(
         conditions(&job).last(),
-        Some(&c(Succeeded, True, "TFJobSucceeded")),
+        Some(&c(SUCCEEDED)),
         "[{S}] {}",
         show(&job)
     );
-    let note = ns
+    let note = j
         .until_event(
-            S,
-            name,
             "TFJobRestarting",
             "job always is restarting because Worker replica(s) failed. \
              Pod always-worker-0: Interrupted (policy default-classify@",
@@ -1432,35 +1315,17 @@ async fn always(ns: &Ns) {
 /// ExitCode: 137 and 143 are retryable; each pod is recreated once and the job succeeds.
 async fn exit_code_retryable(ns: &Ns) {
     const S: &str = "restarts: ExitCode with retryable exit codes";
-    let name = "exit-retryable";
-    ns.create(tfjob(
-        name,
-        json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
-            "Worker": replica(2, "ExitCode", &[
-                ("duration", "500ms"), ("exit-code", "0=137,1=143"), ("fail-times", "1"),
-            ]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let st = status(&job);
-    assert_eq!(st.restart_count, Some(2), "[{S}] {}", show(&job));
-    let pods = ns.pods_of(name).await;
-    for pod in &pods {
-        let record = st.pod_restarts.get(&pod.name_any()).unwrap_or_else(|| {
-            panic!(
-                "[{S}] a restart record of {}: {}",
-                pod.name_any(),
-                show(&job)
-            )
-        });
-        assert_eq!(record.count, 1, "[{S}] {}", show(&job));
-        assert_ne!(
-            pod.uid().as_deref(),
-            Some(record.last_deleted_uid.as_str()),
-            "[{S}] {} is a new incarnation",
-            pod.name_any()
-        );
+    let spec = json!({"successPolicy": "AllWorkers", "tfReplicaSpecs": {
+        "Worker": replica(2, "ExitCode", &[
+            ("duration", "500ms"), ("exit-code", "0=137,1=143"), ("fail-times", "1"),
+        ]),
+    }});
+    let j = ns.submit(S, "exit-retryable", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_restart_count(&job, Some(2));
+    for pod in &j.pods().await {
+        j.assert_recreated(&job, &pod.name_any(), 1);
+        j.assert_new_incarnation(&job, pod);
         assert_eq!(phase(pod), "Succeeded", "[{S}] {}", pod.name_any());
         assert_eq!(
             pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()),
@@ -1468,19 +1333,14 @@ async fn exit_code_retryable(ns: &Ns) {
             "[{S}] ExitCode pods never restart in place"
         );
     }
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 2, 0)),
-        "[{S}] {}",
-        show(&job)
-    );
-    let restarting = ns
-        .observed(name)
+    j.assert_counts(&job, "Worker", (0, 2, 0));
+    let restarting = j
+        .observed()
         .history
         .into_iter()
         .flatten()
         .find(|c| c.type_ == Restarting && c.status == True)
-        .unwrap_or_else(|| panic!("[{S}] Restarting was published: {:?}", ns.history(name)));
+        .unwrap_or_else(|| panic!("[{S}] Restarting was published: {:?}", j.history()));
     assert_eq!(
         (restarting.reason.as_str(), restarting.message.as_str()),
         (
@@ -1491,22 +1351,15 @@ async fn exit_code_retryable(ns: &Ns) {
     );
     for (pod, code, reason) in [(0, 137, "Interrupted"), (1, 143, "UnknownError")] {
         let pod = format!("exit-retryable-worker-{pod}");
-        ns.until_event(
-            S,
-            name,
-            "ExitedWithCode",
-            &format!("Pod: restarts.{pod} exited with code {code}"),
-        )
-        .await;
-        ns.until_event(
-            S,
-            name,
-            "TFJobRestarting",
-            &format!(
-                "job exit-retryable is restarting because Worker replica(s) failed. \
-                 Pod {pod}: {reason} (policy default-classify@"
-            ),
-        )
+        let exited = format!("Pod: restarts.{pod} exited with code {code}");
+        let restarting = format!(
+            "job exit-retryable is restarting because Worker replica(s) failed. \
+             Pod {pod}: {reason} (policy default-classify@"
+        );
+        j.until_events(&[
+            ("ExitedWithCode", &exited),
+            ("TFJobRestarting", &restarting),
+        ])
         .await;
     }
 }
@@ -1517,15 +1370,11 @@ async fn exit_code_permanent(ns: &Ns, code: i32) {
     let s = s.as_str();
     let name = format!("exit-{code}");
     let pod = format!("{name}-worker-0");
-    ns.create(tfjob(
-        &name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "ExitCode", &[
-            ("duration", "500ms"), ("exit-code", &code.to_string()),
-        ])}}),
-    ))
-    .await;
-    let job = check_failed(s, ns, &name, &pod).await;
-    let text = message(&job, Failed);
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "ExitCode", &[
+        ("duration", "500ms"), ("exit-code", &code.to_string()),
+    ])}});
+    let j = ns.submit(s, &name, spec).await;
+    let (_, text) = check_failed(&j, &pod).await;
     assert!(
         text.starts_with(&format!(
             "job \"{name}\" is failing because \"Worker\" replica(s) failed. \
@@ -1537,9 +1386,7 @@ async fn exit_code_permanent(ns: &Ns, code: i32) {
         text.contains(&format!("terminated with exit code ({code})")),
         "[{s}] {text}"
     );
-    ns.until_event(
-        s,
-        &name,
+    j.until_event(
         "ExitedWithCode",
         &format!("Pod: restarts.{pod} exited with code {code}"),
     )
@@ -1550,45 +1397,29 @@ async fn exit_code_permanent(ns: &Ns, code: i32) {
 async fn exit_code_backoff(ns: &Ns) {
     const S: &str = "restarts: ExitCode restarts reach backoffLimit";
     let name = "exit-backoff";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"backoffLimit": 2}, "tfReplicaSpecs": {
-            "Worker": replica(1, "ExitCode", &[("duration", "300ms"), ("exit-code", "137")]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
-    assert_eq!(message(&job, Failed), backoff_message(name), "[{S}]");
-    let st = status(&job);
-    assert_eq!(st.restart_count, Some(2), "[{S}] {}", show(&job));
-    assert_eq!(
-        st.pod_restarts
-            .get("exit-backoff-worker-0")
-            .map(|r| r.count),
-        Some(2),
-        "[{S}] {}",
-        show(&job)
-    );
-    assert!(
-        ns.history(name)
-            .iter()
-            .any(|h| h.contains(&c(Restarting, True, "TFJobRestarting"))),
-        "[{S}] Restarting was published: {:?}",
-        ns.history(name)
-    );
+    let spec = json!({"runPolicy": {"backoffLimit": 2}, "tfReplicaSpecs": {
+        "Worker": replica(1, "ExitCode", &[("duration", "300ms"), ("exit-code", "137")]),
+    }});
+    let j = ns.submit(S, name, spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(&job, Failed, &backoff_message(name));
+    j.assert_restart_count(&job, Some(2));
+    j.assert_recreated(&job, "exit-backoff-worker-0", 2);
+    j.assert_published(RESTARTING);
     // The third incarnation failed and stays for its logs.
-    let pods = ns.pods_of(name).await;
+    let pods = j.pods().await;
     let pod = find(&pods, "exit-backoff-worker-0");
     assert_eq!(phase(pod), "Failed", "[{S}]");
     assert_ne!(
         pod.uid().as_deref(),
-        st.pod_restarts
-            .get("exit-backoff-worker-0")
-            .map(|r| r.last_deleted_uid.as_str()),
+        Some(
+            j.restarts_of(&job, "exit-backoff-worker-0")
+                .last_deleted_uid
+                .as_str()
+        ),
         "[{S}] the last incarnation was not deleted"
     );
-    ns.until_event(S, name, "TFJobFailed", &backoff_message(name))
-        .await;
+    j.until_event("TFJobFailed", &backoff_message(name)).await;
 }
 
 /// `backoffLimit: 0`: the first restart the job would need fails it; the running worker is
@@ -1596,30 +1427,21 @@ async fn exit_code_backoff(ns: &Ns) {
 async fn backoff_zero(ns: &Ns) {
     const S: &str = "restarts: backoffLimit 0";
     let name = "backoff-zero";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"backoffLimit": 0}, "tfReplicaSpecs": {
-            "Worker": replica(2, "ExitCode", &[
-                ("duration", "0=60s,1=300ms"), ("exit-code", "1=137,*=0"),
-            ]),
-        }}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
-    assert_eq!(message(&job, Failed), backoff_message(name), "[{S}]");
+    let spec = json!({"runPolicy": {"backoffLimit": 0}, "tfReplicaSpecs": {
+        "Worker": replica(2, "ExitCode", &[
+            ("duration", "0=60s,1=300ms"), ("exit-code", "1=137,*=0"),
+        ]),
+    }});
+    let j = ns.submit(S, name, spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(&job, Failed, &backoff_message(name));
     assert_eq!(
         status(&job).restart_count,
         None,
         "[{S}] no restart happened"
     );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 0, 1)),
-        "[{S}] {}",
-        show(&job)
-    );
-    ns.until_objects(S, name, &names(&["backoff-zero-worker-1"]))
-        .await;
+    j.assert_counts(&job, "Worker", (0, 0, 1));
+    j.until_objects(&names(&["backoff-zero-worker-1"])).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1627,90 +1449,66 @@ async fn backoff_zero(ns: &Ns) {
 
 #[test]
 fn run_policy_deadline_ttl_and_clean_pod_policy() {
-    shared().run("runpolicy", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario(
-                    "deadline, cleanPodPolicy None",
-                    &["deadline-none"],
-                    deadline(&ns, "deadline-none", "None"),
-                ),
-                scenario(
-                    "deadline, cleanPodPolicy All",
-                    &["deadline-all"],
-                    deadline(&ns, "deadline-all", "All"),
-                ),
-                scenario("TTL after success", &["ttl"], ttl_succeeded(&ns)),
-                scenario("TTL 0 after failure", &["ttl-failed"], ttl_failed(&ns)),
-                scenario(
-                    "cleanPodPolicy All",
-                    &["clean-all"],
-                    clean_pod_policy(&ns, "All"),
-                ),
-                scenario(
-                    "cleanPodPolicy Running",
-                    &["clean-running"],
-                    clean_pod_policy(&ns, "Running"),
-                ),
-                scenario(
-                    "cleanPodPolicy None",
-                    &["clean-none"],
-                    clean_pod_policy(&ns, "None"),
-                ),
-            ],
-        )
-        .await;
+    run(shared(), "runpolicy", |ns| {
+        let mut list = Vec::new();
+        for clean in ["None", "All"] {
+            let name = format!("deadline-{}", clean.to_lowercase());
+            list.push(scenario(
+                format!("deadline, cleanPodPolicy {clean}"),
+                &[name.as_str()],
+                deadline(ns, name.clone(), clean),
+            ));
+        }
+        list.push(scenario("TTL after success", &["ttl"], ttl_succeeded(ns)));
+        list.push(scenario(
+            "TTL 0 after failure",
+            &["ttl-failed"],
+            ttl_failed(ns),
+        ));
+        for policy in ["All", "Running", "None"] {
+            list.push(scenario(
+                format!("cleanPodPolicy {policy}"),
+                &[format!("clean-{}", policy.to_lowercase()).as_str()],
+                clean_pod_policy(ns, policy),
+            ));
+        }
+        list
     });
 }
 
 /// `activeDeadlineSeconds` fires by itself (nothing else happens to the job meanwhile): the
 /// running worker is freed, the succeeded one follows cleanPodPolicy.
-async fn deadline(ns: &Ns, name: &str, clean: &str) {
+async fn deadline(ns: &Ns, name: String, clean: &str) {
     let s = format!("run policy: activeDeadlineSeconds, cleanPodPolicy {clean}");
     let s = s.as_str();
-    ns.create(tfjob(
-        name,
-        json!({
-            "runPolicy": {"activeDeadlineSeconds": 3, "cleanPodPolicy": clean},
-            "tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "0=60s,1=500ms")])},
-        }),
-    ))
-    .await;
-    let job = ns.until_true(s, name, Failed).await;
-    assert_eq!(message(&job, Failed), deadline_message(name), "[{s}]");
+    let spec = json!({
+        "runPolicy": {"activeDeadlineSeconds": 3, "cleanPodPolicy": clean},
+        "tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "0=60s,1=500ms")])},
+    });
+    let j = ns.submit(s, &name, spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(&job, Failed, &deadline_message(&name));
     assert_eq!(
         conditions(&job),
-        vec![
-            c(Created, True, "TFJobCreated"),
-            c(Running, False, "TFJobRunning"),
-            c(Failed, True, "TFJobFailed"),
-        ],
+        shapes(&[CREATED, (Running, False, "TFJobRunning"), FAILED]),
         "[{s}] {}",
         show(&job)
     );
-    let st = status(&job);
-    let start = time(&st.start_time).expect("startTime");
-    let done = time(&st.completion_time).expect("completionTime");
+    let start = start_time(&job);
+    let done = completion_time(&job);
     assert!(
         done >= start + secs(3),
         "[{s}] failed at {done}, not before startTime {start} + 3s"
     );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 1, 0)),
-        "[{s}] {}",
-        show(&job)
-    );
-    ns.until_event(s, name, "TFJobFailed", &deadline_message(name))
-        .await;
+    j.assert_counts(&job, "Worker", (0, 1, 0));
+    j.until_event("TFJobFailed", &deadline_message(&name)).await;
     let left = if clean == "All" {
         vec![]
     } else {
         vec![format!("{name}-worker-1")]
     };
-    ns.until_objects(s, name, &left).await;
-    if let Some(pod) = ns.pods_of(name).await.first() {
+    j.until_objects(&left).await;
+    if let Some(pod) = j.pods().await.first() {
         assert_eq!(phase(pod), "Succeeded", "[{s}]");
     }
 }
@@ -1719,47 +1517,35 @@ async fn deadline(ns: &Ns, name: &str, clean: &str) {
 /// services go with it.
 async fn ttl_succeeded(ns: &Ns) {
     const S: &str = "run policy: ttlSecondsAfterFinished after success";
-    let name = "ttl";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"ttlSecondsAfterFinished": 2},
-               "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}}),
-    ))
-    .await;
-    let last = ns.until_gone(S, name).await;
+    let spec = json!({"runPolicy": {"ttlSecondsAfterFinished": 2},
+                      "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}});
+    let j = ns.submit(S, "ttl", spec).await;
+    let last = j.until_gone().await;
     let now = Timestamp::now();
     assert!(is_true(&last, Succeeded), "[{S}] {}", show(&last));
-    let done = time(&status(&last).completion_time).expect("completionTime");
+    let done = completion_time(&last);
     assert!(
         now >= done + secs(2),
         "[{S}] deleted by {now}, not before completionTime {done} + 2s"
     );
-    ns.until_objects(S, name, &[]).await;
-    ns.until_event(S, name, "SuccessfulDeleteJob", "Deleted job: ttl")
+    j.until_objects(&[]).await;
+    j.until_event("SuccessfulDeleteJob", "Deleted job: ttl")
         .await;
 }
 
 async fn ttl_failed(ns: &Ns) {
     const S: &str = "run policy: ttlSecondsAfterFinished 0 after failure";
-    let name = "ttl-failed";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"ttlSecondsAfterFinished": 0},
-               "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms"), ("exit-code", "1")])}}),
-    ))
-    .await;
-    let last = ns.until_gone(S, name).await;
+    let spec = json!({"runPolicy": {"ttlSecondsAfterFinished": 0},
+                      "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms"), ("exit-code", "1")])}});
+    let j = ns.submit(S, "ttl-failed", spec).await;
+    let last = j.until_gone().await;
     assert!(is_true(&last, Failed), "[{S}] {}", show(&last));
-    ns.until_objects(S, name, &[]).await;
-    ns.until_event(
-        S,
-        name,
-        "TFJobFailed",
-        "TFJob runpolicy/ttl-failed has failed",
-    )
+    j.until_objects(&[]).await;
+    j.until_events(&[
+        ("TFJobFailed", "TFJob runpolicy/ttl-failed has failed"),
+        ("SuccessfulDeleteJob", "Deleted job: ttl-failed"),
+    ])
     .await;
-    ns.until_event(S, name, "SuccessfulDeleteJob", "Deleted job: ttl-failed")
-        .await;
 }
 
 /// After the chief succeeded: the PS still runs, worker 0 is still pending and worker 1 has
@@ -1769,22 +1555,15 @@ async fn clean_pod_policy(ns: &Ns, policy: &str) {
     let s = format!("run policy: cleanPodPolicy {policy}");
     let s = s.as_str();
     let name = format!("clean-{}", policy.to_lowercase());
-    ns.create(tfjob(
-        &name,
-        json!({"runPolicy": {"cleanPodPolicy": policy}, "tfReplicaSpecs": {
-            "Chief": replica(1, "", &[("duration", "3s")]),
-            "PS": replica(1, "", &[("duration", "60s")]),
-            "Worker": replica(2, "", &[("duration", "1s"), ("pending-reason", "0=ContainerCreating")]),
-        }}),
-    ))
-    .await;
-    ns.until_true(s, &name, Succeeded).await;
+    let spec = json!({"runPolicy": {"cleanPodPolicy": policy}, "tfReplicaSpecs": {
+        "Chief": replica(1, "", &[("duration", "3s")]),
+        "PS": replica(1, "", &[("duration", "60s")]),
+        "Worker": replica(2, "", &[("duration", "1s"), ("pending-reason", "0=ContainerCreating")]),
+    }});
+    let j = ns.submit(s, &name, spec).await;
+    j.until_true(Succeeded).await;
     // The reconcile after success reports the running PS as succeeded, and cleans up.
-    let job = ns
-        .until_job(s, &name, "replicaStatuses PS 0/1/0", |j| {
-            counts(j, "PS") == Some((0, 1, 0))
-        })
-        .await;
+    let job = j.until_counts(&[("PS", (0, 1, 0))]).await;
     assert!(!is_true(&job, Failed), "[{s}] {}", show(&job));
     let every = vec![
         format!("{name}-chief-0"),
@@ -1797,9 +1576,8 @@ async fn clean_pod_policy(ns: &Ns, policy: &str) {
         "Running" => vec![every[0].clone(), every[3].clone()],
         _ => every.clone(),
     };
-    ns.until_objects(s, &name, &left).await;
-    let pods = ns.pods_of(&name).await;
-    for pod in &pods {
+    j.until_objects(&left).await;
+    for pod in &j.pods().await {
         let expected = match pod.name_any() {
             n if n.ends_with("-ps-0") => "Running",
             n if n.ends_with("-worker-0") => "Pending",
@@ -1814,33 +1592,29 @@ async fn clean_pod_policy(ns: &Ns, policy: &str) {
 
 #[test]
 fn suspend_resume_and_managed_by() {
-    shared().run("suspend", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario(
-                    "suspend and resume",
-                    &["suspend-resume"],
-                    suspend_resume(&ns),
-                ),
-                scenario(
-                    "created suspended",
-                    &["created-suspended"],
-                    created_suspended(&ns),
-                ),
-                scenario(
-                    "managedBy another controller",
-                    &["managed-elsewhere", "managed-control"],
-                    managed_elsewhere(&ns),
-                ),
-                scenario(
-                    "managedBy this operator",
-                    &["managed-here"],
-                    managed_here(&ns),
-                ),
-            ],
-        )
-        .await;
+    run(shared(), "suspend", |ns| {
+        vec![
+            scenario(
+                "suspend and resume",
+                &["suspend-resume"],
+                suspend_resume(ns),
+            ),
+            scenario(
+                "created suspended",
+                &["created-suspended"],
+                created_suspended(ns),
+            ),
+            scenario(
+                "managedBy another controller",
+                &["managed-elsewhere", "managed-control"],
+                managed_elsewhere(ns),
+            ),
+            scenario(
+                "managedBy this operator",
+                &["managed-here"],
+                managed_here(ns),
+            ),
+        ]
     });
 }
 
@@ -1848,72 +1622,43 @@ fn suspend_resume_and_managed_by() {
 /// restarts the clock.
 async fn suspend_resume(ns: &Ns) {
     const S: &str = "suspend and resume a running job";
-    let name = "suspend-resume";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "120s")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Running).await;
-    let first_start = time(&status(&job).start_time).expect("startTime");
-    let before = ns
-        .until_pods(S, name, "two running pods", |p| {
-            p.len() == 2 && p.iter().all(|p| phase(p) == "Running")
-        })
-        .await;
+    const SUSPENDED: &str = "TFJob suspend-resume is suspended.";
+    const RESUMED: &str = "TFJob suspend-resume is resumed.";
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "120s")])}});
+    let j = ns.submit(S, "suspend-resume", spec).await;
+    let job = j.until_true(Running).await;
+    let first_start = start_time(&job);
+    let before = j.until_running("two running pods", 2).await;
     let old_uids: Vec<String> = before.iter().filter_map(|p| p.uid()).collect();
     // startTime has whole seconds: resume at least a second later so a reset shows.
     while Timestamp::now() < first_start + secs(1) {
         tokio::time::sleep(POLL).await;
     }
 
-    ns.patch(name, json!({"spec": {"runPolicy": {"suspend": true}}}))
+    j.patch(json!({"spec": {"runPolicy": {"suspend": true}}}))
         .await;
-    let job = ns.until_true(S, name, Suspended).await;
-    ns.until_objects(S, name, &[]).await;
-    assert_eq!(
-        conditions(&job),
-        vec![
-            c(Created, True, "TFJobCreated"),
-            c(Running, False, "TFJobSuspended"),
-            c(Suspended, True, "TFJobSuspended"),
-        ],
-        "[{S}] {}",
-        show(&job)
-    );
-    assert_eq!(
-        message(&job, Suspended),
-        "TFJob suspend-resume is suspended.",
-        "[{S}]"
-    );
-    assert_eq!(
-        message(&job, Running),
-        "TFJob suspend-resume is suspended.",
-        "[{S}]"
-    );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 0, 0)),
-        "[{S}] {}",
-        show(&job)
-    );
-    ns.until_event(
-        S,
-        name,
-        "TFJobSuspended",
-        "TFJob suspend-resume is suspended.",
-    )
-    .await;
+    let job = j.until_true(Suspended).await;
+    j.until_objects(&[]).await;
+    let suspended = [
+        CREATED,
+        (Running, False, "TFJobSuspended"),
+        (Suspended, True, "TFJobSuspended"),
+    ];
+    assert_eq!(conditions(&job), shapes(&suspended), "[{S}] {}", show(&job));
+    j.assert_message(&job, Suspended, SUSPENDED);
+    j.assert_message(&job, Running, SUSPENDED);
+    j.assert_counts(&job, "Worker", (0, 0, 0));
+    j.until_event("TFJobSuspended", SUSPENDED).await;
 
-    ns.patch(name, json!({"spec": {"runPolicy": {"suspend": false}}}))
+    j.patch(json!({"spec": {"runPolicy": {"suspend": false}}}))
         .await;
-    let job = ns
-        .until_job(S, name, "Suspended=False and Running=True", |j| {
+    let job = j
+        .until_job("Suspended=False and Running=True", |j| {
             !is_true(j, Suspended) && is_true(j, Running)
         })
         .await;
-    let after = ns
-        .until_pods(S, name, "two new running pods", |p| {
+    let after = j
+        .until_pods("two new running pods", |p| {
             p.len() == 2
                 && p.iter().all(|p| {
                     phase(p) == "Running" && !old_uids.contains(&p.uid().unwrap_or_default())
@@ -1926,120 +1671,73 @@ async fn suspend_resume(ns: &Ns) {
         "[{S}]"
     );
     assert_eq!(
-        service_names(&ns.services_of(name).await),
+        service_names(&j.services().await),
         pod_names(&after),
         "[{S}] services are recreated"
     );
-    assert_eq!(
-        message(&job, Suspended),
-        "TFJob suspend-resume is resumed.",
-        "[{S}]"
-    );
-    let second_start = time(&status(&job).start_time).expect("startTime");
+    j.assert_message(&job, Suspended, RESUMED);
+    let second_start = start_time(&job);
     assert!(
         second_start > first_start,
         "[{S}] startTime is reset on resume ({first_start} -> {second_start})"
     );
-    assert_eq!(
-        ns.history(name),
-        vec![
-            vec![c(Created, True, "TFJobCreated")],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Running, True, "TFJobRunning"),
+    j.assert_history(
+        &job,
+        sequence(&[
+            &[CREATED],
+            &[CREATED, RUNNING],
+            &suspended,
+            &[
+                CREATED,
+                (Running, False, "TFJobSuspended"),
+                (Suspended, False, "TFJobResumed"),
             ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Running, False, "TFJobSuspended"),
-                c(Suspended, True, "TFJobSuspended"),
-            ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Running, False, "TFJobSuspended"),
-                c(Suspended, False, "TFJobResumed"),
-            ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Suspended, False, "TFJobResumed"),
-                c(Running, True, "TFJobRunning"),
-            ],
-        ],
-        "[{S}] condition sequence; status: {}",
-        show(&job)
+            &[CREATED, (Suspended, False, "TFJobResumed"), RUNNING],
+        ]),
     );
-    ns.until_event(S, name, "TFJobResumed", "TFJob suspend-resume is resumed.")
-        .await;
+    j.until_event("TFJobResumed", RESUMED).await;
     // Done with it: deleting the job takes its pods and services along.
-    ns.jobs
-        .delete(name, &DeleteParams::background())
-        .await
-        .unwrap_or_else(|e| panic!("[{S}] deleting the job: {e}"));
-    ns.until_objects(S, name, &[]).await;
+    j.delete().await;
 }
 
 /// A job created suspended creates nothing and has no startTime until it is resumed.
 async fn created_suspended(ns: &Ns) {
     const S: &str = "a job created suspended";
-    let name = "created-suspended";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"suspend": true},
-               "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "3s")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Suspended).await;
-    assert_eq!(
-        conditions(&job),
-        vec![
-            c(Created, True, "TFJobCreated"),
-            c(Suspended, True, "TFJobSuspended"),
-        ],
-        "[{S}] {}",
-        show(&job)
-    );
+    const RESUMED: Cond = (Suspended, False, "TFJobResumed");
+    let spec = json!({"runPolicy": {"suspend": true},
+                      "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "3s")])}});
+    let j = ns.submit(S, "created-suspended", spec).await;
+    let job = j.until_true(Suspended).await;
+    let suspended = [CREATED, (Suspended, True, "TFJobSuspended")];
+    assert_eq!(conditions(&job), shapes(&suspended), "[{S}] {}", show(&job));
     assert_eq!(status(&job).start_time, None, "[{S}] {}", show(&job));
+    assert!(j.pods().await.is_empty(), "[{S}] no pod while suspended");
     assert!(
-        ns.pods_of(name).await.is_empty(),
-        "[{S}] no pod while suspended"
-    );
-    assert!(
-        ns.services_of(name).await.is_empty(),
+        j.services().await.is_empty(),
         "[{S}] no service while suspended"
     );
 
-    ns.patch(name, json!({"spec": {"runPolicy": {"suspend": false}}}))
+    j.patch(json!({"spec": {"runPolicy": {"suspend": false}}}))
         .await;
-    let job = ns.until_true(S, name, Succeeded).await;
+    let job = j.until_true(Succeeded).await;
     assert!(
         time(&status(&job).start_time).is_some(),
         "[{S}] {}",
         show(&job)
     );
-    assert_eq!(
-        ns.history(name),
-        vec![
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Suspended, True, "TFJobSuspended"),
+    j.assert_history(
+        &job,
+        sequence(&[
+            &suspended,
+            &[CREATED, RESUMED],
+            &[CREATED, RESUMED, RUNNING],
+            &[
+                CREATED,
+                RESUMED,
+                (Running, False, "TFJobRunning"),
+                SUCCEEDED,
             ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Suspended, False, "TFJobResumed"),
-            ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Suspended, False, "TFJobResumed"),
-                c(Running, True, "TFJobRunning"),
-            ],
-            vec![
-                c(Created, True, "TFJobCreated"),
-                c(Suspended, False, "TFJobResumed"),
-                c(Running, False, "TFJobRunning"),
-                c(Succeeded, True, "TFJobSucceeded"),
-            ],
-        ],
-        "[{S}] condition sequence; status: {}",
-        show(&job)
+        ]),
     );
 }
 
@@ -2047,23 +1745,15 @@ async fn created_suspended(ns: &Ns) {
 /// events; a job submitted after it runs to success meanwhile.
 async fn managed_elsewhere(ns: &Ns) {
     const S: &str = "managedBy another controller";
-    let name = "managed-elsewhere";
-    let control = "managed-control";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"},
-               "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}}),
-    ))
-    .await;
-    ns.create(tfjob(
-        control,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}}),
-    ))
-    .await;
-    ns.until_true(S, control, Succeeded).await;
+    let spec = json!({"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"},
+                      "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}});
+    let j = ns.submit(S, "managed-elsewhere", spec).await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}});
+    let control = ns.submit(S, "managed-control", spec).await;
+    control.until_true(Succeeded).await;
     let job = ns
         .jobs
-        .get(name)
+        .get(&j.name)
         .await
         .unwrap_or_else(|e| panic!("[{S}] reading the job: {e}"));
     assert_eq!(
@@ -2072,24 +1762,20 @@ async fn managed_elsewhere(ns: &Ns) {
         "[{S}] no status was written: {}",
         show(&job)
     );
-    assert!(ns.history(name).is_empty(), "[{S}] {:?}", ns.history(name));
-    assert!(ns.pods_of(name).await.is_empty(), "[{S}] no pods");
-    assert!(ns.services_of(name).await.is_empty(), "[{S}] no services");
-    let events = ns.events_of(name).await;
+    assert!(j.history().is_empty(), "[{S}] {:?}", j.history());
+    assert!(j.pods().await.is_empty(), "[{S}] no pods");
+    assert!(j.services().await.is_empty(), "[{S}] no services");
+    let events = j.events().await;
     assert!(events.is_empty(), "[{S}] no events: {events:?}");
 }
 
 /// `managedBy: kubeflow.org/training-operator` names this operator.
 async fn managed_here(ns: &Ns) {
     const S: &str = "managedBy this operator";
-    let name = "managed-here";
-    ns.create(tfjob(
-        name,
-        json!({"runPolicy": {"managedBy": "kubeflow.org/training-operator"},
-               "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}}),
-    ))
-    .await;
-    ns.until_true(S, name, Succeeded).await;
+    let spec = json!({"runPolicy": {"managedBy": "kubeflow.org/training-operator"},
+                      "tfReplicaSpecs": {"Worker": replica(1, "", &[("duration", "500ms")])}});
+    let j = ns.submit(S, "managed-here", spec).await;
+    j.until_true(Succeeded).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2097,50 +1783,32 @@ async fn managed_here(ns: &Ns) {
 
 #[test]
 fn scaling_workers_up_and_down_on_a_running_job() {
-    shared().run("scale", |ns| async move {
-        scenarios(
-            &ns,
-            vec![scenario("scale up and down", &["scale"], scale(&ns))],
-        )
-        .await;
+    run(shared(), "scale", |ns| {
+        vec![scenario("scale up and down", &["scale"], scale(ns))]
     });
 }
 
 async fn scale(ns: &Ns) {
     const S: &str = "scale workers up and down";
     let name = "scale";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "120s")])}}),
-    ))
-    .await;
-    ns.until_true(S, name, Running).await;
-    let before = ns
-        .until_pods(S, name, "two running pods", |p| {
-            p.len() == 2 && p.iter().all(|p| phase(p) == "Running")
-        })
-        .await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(2, "", &[("duration", "120s")])}});
+    let j = ns.submit(S, name, spec).await;
+    j.until_true(Running).await;
+    let before = j.until_running("two running pods", 2).await;
     let worker0 = before[0].uid();
 
-    ns.patch(
-        name,
-        json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}}}),
-    )
-    .await;
-    let four: Vec<String> = (0..4).map(|i| format!("scale-worker-{i}")).collect();
-    ns.until_objects(S, name, &four).await;
-    let job = ns
-        .until_job(S, name, "replicaStatuses Worker 4/0/0", |j| {
-            counts(j, "Worker") == Some((4, 0, 0))
-        })
+    j.patch(json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4}}}}))
         .await;
-    let pods = ns.pods_of(name).await;
+    let four: Vec<String> = (0..4).map(|i| format!("scale-worker-{i}")).collect();
+    j.until_objects(&four).await;
+    let job = j.until_counts(&[("Worker", (4, 0, 0))]).await;
+    let pods = j.pods().await;
     for (old, new) in before.iter().zip(&pods) {
         assert_eq!(old.uid(), new.uid(), "[{S}] {} is kept", old.name_any());
     }
     let workers = r#""worker":["scale-worker-0.scale.svc:2222","scale-worker-1.scale.svc:2222","scale-worker-2.scale.svc:2222","scale-worker-3.scale.svc:2222"]"#;
     for (i, pod) in pods.iter().enumerate().skip(2) {
-        check_pod(S, &job, pod, "worker", i as i32, false, "Never");
+        check_pod(S, &job, pod, ("worker", i as i32, false), "Never");
         let tf_config = env(pod, "TF_CONFIG").unwrap_or_default();
         assert!(
             tf_config.contains(workers)
@@ -2149,62 +1817,39 @@ async fn scale(ns: &Ns) {
             pod.name_any()
         );
     }
-    for svc in &ns.services_of(name).await[2..] {
+    for svc in &j.services().await[2..] {
         let index: i32 = svc.name_any()[name.len() + "-worker-".len()..]
             .parse()
             .expect("an index");
         check_service(S, &job, svc, "worker", index);
     }
-    ns.until_event(
-        S,
-        name,
-        "SuccessfulCreatePod",
-        "Created pod: scale-worker-3",
-    )
-    .await;
-
-    ns.patch(
-        name,
-        json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}),
-    )
-    .await;
-    ns.until_objects(S, name, &names(&["scale-worker-0"])).await;
-    let job = ns
-        .until_job(S, name, "replicaStatuses Worker 1/0/0", |j| {
-            counts(j, "Worker") == Some((1, 0, 0))
-        })
+    j.until_event("SuccessfulCreatePod", "Created pod: scale-worker-3")
         .await;
-    assert_eq!(
-        ns.pods_of(name).await[0].uid(),
-        worker0,
-        "[{S}] worker 0 is kept"
-    );
+
+    j.patch(json!({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}}))
+        .await;
+    j.until_objects(&names(&["scale-worker-0"])).await;
+    let job = j.until_counts(&[("Worker", (1, 0, 0))]).await;
+    assert_eq!(j.pods().await[0].uid(), worker0, "[{S}] worker 0 is kept");
     assert!(
         is_true(&job, Running) && !is_true(&job, Failed) && !is_true(&job, Restarting),
         "[{S}] scaling down is no failure: {}",
         show(&job)
     );
     for i in 1..4 {
-        ns.until_event(
-            S,
-            name,
-            "SuccessfulDeletePod",
-            &format!("Deleted pod: scale-worker-{i}"),
-        )
-        .await;
-        ns.until_event(
-            S,
-            name,
-            "SuccessfulDeleteService",
-            &format!("Deleted service: scale-worker-{i}"),
-        )
+        j.until_events(&[
+            (
+                "SuccessfulDeletePod",
+                &format!("Deleted pod: scale-worker-{i}"),
+            ),
+            (
+                "SuccessfulDeleteService",
+                &format!("Deleted service: scale-worker-{i}"),
+            ),
+        ])
         .await;
     }
-    ns.jobs
-        .delete(name, &DeleteParams::background())
-        .await
-        .unwrap_or_else(|e| panic!("[{S}] deleting the job: {e}"));
-    ns.until_objects(S, name, &[]).await;
+    j.delete().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2218,32 +1863,28 @@ const PULL_GRACE: &str = "2s";
 fn policy_verdicts_fail_or_restart_pods() {
     let config =
         format!("default-classify:\n  settings:\n    imagePullBackoffGracePeriod: {PULL_GRACE}\n");
-    let cluster = Cluster::start(Some(&config));
-    cluster.run("verdicts", |ns| async move {
-        scenarios(
-            &ns,
-            vec![
-                scenario(
-                    "ImagePullBackOff under Never",
-                    &["pull-never"],
-                    pull_back_off_fails(&ns),
-                ),
-                scenario(
-                    "ImagePullBackOff under OnFailure",
-                    &["pull-retry"],
-                    pull_back_off_restarts(&ns),
-                ),
-                scenario("InvalidImageName", &["bad-image"], invalid_image(&ns)),
-                scenario("OOMKilled under ExitCode", &["oom"], oom_restarts(&ns)),
-                scenario("OOMKilled under Never", &["oom-never"], oom_fails(&ns)),
-                scenario(
-                    "Evicted under OnFailure",
-                    &["evicted"],
-                    evicted_restarts(&ns),
-                ),
-            ],
-        )
-        .await;
+    let cluster = start(common::policies_with_config(&config));
+    run(&cluster, "verdicts", |ns| {
+        vec![
+            scenario(
+                "ImagePullBackOff under Never",
+                &["pull-never"],
+                pull_back_off_fails(ns),
+            ),
+            scenario(
+                "ImagePullBackOff under OnFailure",
+                &["pull-retry"],
+                pull_back_off_restarts(ns),
+            ),
+            scenario("InvalidImageName", &["bad-image"], invalid_image(ns)),
+            scenario("OOMKilled under ExitCode", &["oom"], oom_restarts(ns)),
+            scenario("OOMKilled under Never", &["oom-never"], oom_fails(ns)),
+            scenario(
+                "Evicted under OnFailure",
+                &["evicted"],
+                evicted_restarts(ns),
+            ),
+        ]
     });
 }
 
@@ -2251,25 +1892,16 @@ fn policy_verdicts_fail_or_restart_pods() {
 /// replica has failed, and so has the job.
 async fn pull_back_off_fails(ns: &Ns) {
     const S: &str = "verdict: ImagePullBackOff past the grace period, Never";
-    let name = "pull-never";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("pending-reason", "ImagePullBackOff")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
-    assert_eq!(
-        message(&job, Failed),
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "", &[("pending-reason", "ImagePullBackOff")])}});
+    let j = ns.submit(S, "pull-never", spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(
+        &job,
+        Failed,
         "TFJob verdicts/pull-never has failed because 1 Worker replica(s) failed.",
-        "[{S}]"
     );
-    assert_eq!(
-        counts(&job, "Worker"),
-        Some((0, 0, 1)),
-        "[{S}] {}",
-        show(&job)
-    );
-    let pods = ns.pods_of(name).await;
+    j.assert_counts(&job, "Worker", (0, 0, 1));
+    let pods = j.pods().await;
     assert_eq!(phase(&pods[0]), "Pending", "[{S}] the pod never started");
     let waiting_since = pods[0]
         .status
@@ -2278,14 +1910,12 @@ async fn pull_back_off_fails(ns: &Ns) {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .and_then(|c| time(&c.last_transition_time))
         .expect("the Ready condition's lastTransitionTime");
-    let done = time(&status(&job).completion_time).expect("completionTime");
+    let done = completion_time(&job);
     assert!(
         done >= waiting_since + secs(2),
         "[{S}] failed at {done}, not within the {PULL_GRACE} grace period from {waiting_since}"
     );
-    ns.until_event(
-        S,
-        name,
+    j.until_event(
         "ImagePullBackOff",
         &format!(
             "Pod verdicts/pull-never-worker-0 container tensorflow: ImagePullBackOff: \
@@ -2298,20 +1928,14 @@ async fn pull_back_off_fails(ns: &Ns) {
 /// Under OnFailure the same verdict restarts the pod; the second one pulls and runs.
 async fn pull_back_off_restarts(ns: &Ns) {
     const S: &str = "verdict: ImagePullBackOff past the grace period, OnFailure";
-    let name = "pull-retry";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
-            ("pending-reason", "ImagePullBackOff"), ("fail-times", "1"), ("duration", "1s"),
-        ])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    assert_eq!(status(&job).restart_count, Some(1), "[{S}] {}", show(&job));
-    let note = ns
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
+        ("pending-reason", "ImagePullBackOff"), ("fail-times", "1"), ("duration", "1s"),
+    ])}});
+    let j = ns.submit(S, "pull-retry", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_restart_count(&job, Some(1));
+    let note = j
         .until_event(
-            S,
-            name,
             "TFJobRestarting",
             "Pod pull-retry-worker-0: ContainersNotReady|ImagePullBackOff (policy default-classify@",
         )
@@ -2326,13 +1950,9 @@ async fn pull_back_off_restarts(ns: &Ns) {
 /// policy, naming the pod, the reason and the policy.
 async fn invalid_image(ns: &Ns) {
     const S: &str = "verdict: InvalidImageName";
-    let name = "bad-image";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[("pending-reason", "InvalidImageName")])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[("pending-reason", "InvalidImageName")])}});
+    let j = ns.submit(S, "bad-image", spec).await;
+    let job = j.until_true(Failed).await;
     let text = message(&job, Failed);
     assert!(
         text.starts_with(
@@ -2341,76 +1961,54 @@ async fn invalid_image(ns: &Ns) {
         ),
         "[{S}] {text}"
     );
-    assert_eq!(status(&job).restart_count, None, "[{S}] {}", show(&job));
-    ns.until_event(S, name, "TFJobFailed", &text).await;
+    j.assert_restart_count(&job, None);
+    j.until_event("TFJobFailed", &text).await;
 }
 
 /// An OOM kill (137, terminated reason OOMKilled) is retryable: restarted under ExitCode.
 async fn oom_restarts(ns: &Ns) {
     const S: &str = "verdict: OOMKilled under ExitCode";
-    let name = "oom";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "ExitCode", &[
-            ("duration", "500ms"), ("terminated-reason", "OOMKilled"), ("exit-code", "137"),
-            ("fail-times", "1"),
-        ])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let st = status(&job);
-    assert_eq!(st.restart_count, Some(1), "[{S}] {}", show(&job));
-    assert_eq!(
-        st.pod_restarts.get("oom-worker-0").map(|r| r.count),
-        Some(1),
-        "[{S}] {}",
-        show(&job)
-    );
-    ns.until_event(
-        S,
-        name,
-        "OOMKilled",
-        "Pod verdicts/oom-worker-0 container tensorflow was OOMKilled",
-    )
-    .await;
-    ns.until_event(
-        S,
-        name,
-        "TFJobRestarting",
-        "job oom is restarting because Worker replica(s) failed. \
-         Pod oom-worker-0: OOMKilled (policy default-classify@",
-    )
-    .await;
-    ns.until_event(
-        S,
-        name,
-        "ExitedWithCode",
-        "Pod: verdicts.oom-worker-0 exited with code 137",
-    )
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "ExitCode", &[
+        ("duration", "500ms"), ("terminated-reason", "OOMKilled"), ("exit-code", "137"),
+        ("fail-times", "1"),
+    ])}});
+    let j = ns.submit(S, "oom", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_restart_count(&job, Some(1));
+    j.assert_recreated(&job, "oom-worker-0", 1);
+    j.until_events(&[
+        (
+            "OOMKilled",
+            "Pod verdicts/oom-worker-0 container tensorflow was OOMKilled",
+        ),
+        (
+            "TFJobRestarting",
+            "job oom is restarting because Worker replica(s) failed. \
+             Pod oom-worker-0: OOMKilled (policy default-classify@",
+        ),
+        (
+            "ExitedWithCode",
+            "Pod: verdicts.oom-worker-0 exited with code 137",
+        ),
+    ])
     .await;
 }
 
 /// The same verdict under Never fails the job.
 async fn oom_fails(ns: &Ns) {
     const S: &str = "verdict: OOMKilled under Never";
-    let name = "oom-never";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "Never", &[
-            ("duration", "500ms"), ("terminated-reason", "OOMKilled"),
-        ])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Failed).await;
-    assert_eq!(
-        message(&job, Failed),
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "Never", &[
+        ("duration", "500ms"), ("terminated-reason", "OOMKilled"),
+    ])}});
+    let j = ns.submit(S, "oom-never", spec).await;
+    let job = j.until_true(Failed).await;
+    j.assert_message(
+        &job,
+        Failed,
         "TFJob verdicts/oom-never has failed because 1 Worker replica(s) failed.",
-        "[{S}]"
     );
-    assert_eq!(status(&job).restart_count, None, "[{S}] {}", show(&job));
-    ns.until_event(
-        S,
-        name,
+    j.assert_restart_count(&job, None);
+    j.until_event(
         "OOMKilled",
         "Pod verdicts/oom-never-worker-0 container tensorflow was OOMKilled",
     )
@@ -2420,32 +2018,17 @@ async fn oom_fails(ns: &Ns) {
 /// An evicted pod is an interruption, retryable: recreated under OnFailure.
 async fn evicted_restarts(ns: &Ns) {
     const S: &str = "verdict: Evicted under OnFailure";
-    let name = "evicted";
-    ns.create(tfjob(
-        name,
-        json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
-            ("duration", "500ms"), ("pod-reason", "Evicted"), ("fail-times", "1"),
-        ])}}),
-    ))
-    .await;
-    let job = ns.until_true(S, name, Succeeded).await;
-    let st = status(&job);
-    assert_eq!(st.restart_count, Some(1), "[{S}] {}", show(&job));
-    let record = st
-        .pod_restarts
-        .get("evicted-worker-0")
-        .unwrap_or_else(|| panic!("[{S}] a restart record: {}", show(&job)));
-    let pods = ns.pods_of(name).await;
-    assert_ne!(
-        pods[0].uid().as_deref(),
-        Some(record.last_deleted_uid.as_str()),
-        "[{S}] the pod is a new incarnation"
-    );
+    let spec = json!({"tfReplicaSpecs": {"Worker": replica(1, "OnFailure", &[
+        ("duration", "500ms"), ("pod-reason", "Evicted"), ("fail-times", "1"),
+    ])}});
+    let j = ns.submit(S, "evicted", spec).await;
+    let job = j.until_true(Succeeded).await;
+    j.assert_restart_count(&job, Some(1));
+    let pods = j.pods().await;
+    j.assert_new_incarnation(&job, &pods[0]);
     assert_eq!(phase(&pods[0]), "Succeeded", "[{S}]");
-    let note = ns
+    let note = j
         .until_event(
-            S,
-            name,
             "TFJobRestarting",
             "job evicted is restarting because Worker replica(s) failed. \
              Pod evicted-worker-0: Interrupted (policy default-classify@",

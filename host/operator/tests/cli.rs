@@ -6,14 +6,17 @@
 //! flag or the environment, standard input, several documents, invalid input), `crd`,
 //! `--version` and `--help`. Nothing here needs a cluster.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+
+use common::text;
 
 /// Replica types (lower case, in processing order) with their counts.
 type Replicas = &'static [(&'static str, usize)];
@@ -75,7 +78,7 @@ spec:
 "#;
 
 fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/kubeflow")
+    common::repo("tests/data/kubeflow")
 }
 
 fn example(file: &str) -> PathBuf {
@@ -89,71 +92,18 @@ fn example_text(file: &str) -> String {
 /// Longest a single invocation may take before the test gives up on it.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Address-space limit of the child (KiB), so that a runaway allocation fails the test instead
-/// of exhausting the machine's memory.
-const MEMORY_LIMIT_KIB: u64 = 2 * 1024 * 1024;
-
 /// The binary, under a memory limit, with `CUSTOM_CLUSTER_DOMAIN` cleared so the caller's
 /// environment cannot leak in.
 fn operator() -> Command {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!(
-            "ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""
-        ))
-        .arg(env!("CARGO_BIN_EXE_tfjob-operator"))
-        .env_remove("CUSTOM_CLUSTER_DOMAIN");
+    let mut cmd = common::limited();
+    cmd.env_remove("CUSTOM_CLUSTER_DOMAIN");
     cmd
 }
 
 /// Runs `cmd` with `stdin` (or an empty standard input) and collects its output; kills it and
 /// fails the test after [`TIMEOUT`].
-fn run_with(mut cmd: Command, stdin: Option<&str>) -> Output {
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("tfjob-operator starts");
-    let mut pipe = child.stdin.take().expect("stdin is piped");
-    let input = stdin.unwrap_or_default().to_owned();
-    // Written and read from other threads so that full pipes never block the child.
-    let writer = std::thread::spawn(move || {
-        // A child that exits without reading (usage errors) closes the pipe: not a failure here.
-        let _ = pipe.write_all(input.as_bytes());
-    });
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        out.read_to_end(&mut buf).map(|_| buf)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        err.read_to_end(&mut buf).map(|_| buf)
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tfjob-operator did not finish within {TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    writer.join().expect("stdin writer finishes");
-    Output {
-        status,
-        stdout: out_reader
-            .join()
-            .expect("stdout reader finishes")
-            .expect("stdout is readable"),
-        stderr: err_reader
-            .join()
-            .expect("stderr reader finishes")
-            .expect("stderr is readable"),
-    }
+fn run_with(cmd: Command, stdin: Option<&str>) -> Output {
+    common::run(cmd, Some(stdin.unwrap_or_default()), TIMEOUT)
 }
 
 /// Extra `render` flags that select the operator's native pod building. Builds that load pod
@@ -191,32 +141,14 @@ fn run(args: &[&str]) -> Output {
     run_with(cmd, None)
 }
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
-}
-
 /// Asserts exit status 0 and an empty stderr; returns stdout.
 fn success(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(0), "stderr:\n{}", stderr(output));
-    assert_eq!(stderr(output), "");
-    stdout(output)
+    common::expect_success(output, "")
 }
 
 /// Asserts exit status 2 (invalid input) and an empty stdout; returns stderr.
 fn invalid(output: &Output) -> String {
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
-    assert_eq!(stdout(output), "", "nothing is printed on stdout");
-    stderr(output)
+    common::expect_failure(output, "")
 }
 
 fn render_file(file: &str, extra: &[&str]) -> Output {
@@ -758,7 +690,7 @@ fn huge_active_deadline_does_not_crash() {
             matches!(out.status.code(), Some(0 | 2)),
             "activeDeadlineSeconds {seconds}: {:?}\n{}",
             out.status,
-            stderr(&out)
+            text(&out.stderr)
         );
     }
 }
@@ -767,24 +699,26 @@ fn huge_active_deadline_does_not_crash() {
 fn usage_errors_exit_2() {
     let out = run(&["render", "-f", "x.yaml", "-o", "xml"]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stdout(&out), "");
-    assert!(stderr(&out).contains("'xml'"), "{}", stderr(&out));
+    assert_eq!(text(&out.stdout), "");
+    assert!(text(&out.stderr).contains("'xml'"), "{}", text(&out.stderr));
 
     let out = run(&["render"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--filename"), "{}", stderr(&out));
+    assert!(
+        text(&out.stderr).contains("--filename"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stdout(&out), "");
+    assert_eq!(text(&out.stdout), "");
 }
 
 #[test]
 fn crd_prints_the_committed_crd() {
-    let committed = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crd/kubeflow.org_tfjobs.yaml"),
-    )
-    .expect("deploy/crd/kubeflow.org_tfjobs.yaml is readable");
+    let committed = std::fs::read_to_string(common::repo("deploy/crd/kubeflow.org_tfjobs.yaml"))
+        .expect("deploy/crd/kubeflow.org_tfjobs.yaml is readable");
     let printed = success(&run(&["crd"]));
     assert_eq!(printed, committed);
     let crd: serde_yaml_ng::Value = serde_yaml_ng::from_str(&printed).expect("CRD is YAML");

@@ -7,10 +7,11 @@
 //! stderr, nothing on stdout), a hostile policy stopped by the sandbox and the guard, and
 //! `inspect` of a policy module.
 
-use std::io::Read;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde::Deserialize;
@@ -18,110 +19,40 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
 
+use common::{text, write};
+
 /// Longest a single invocation may take before the test gives up on it.
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Address-space limit of the child (KiB), so that a runaway allocation fails the test instead
-/// of exhausting the machine's memory. The engine falls back from its pooling allocator to
-/// on-demand allocation when the pool does not fit.
-const MEMORY_LIMIT_KIB: u64 = 2 * 1024 * 1024;
 
 /// Runs the binary with `args` under the memory limit and collects its output; kills it and
 /// fails the test after [`TIMEOUT`].
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""
-        ))
-        .arg(env!("CARGO_BIN_EXE_tfjob-operator"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tfjob-operator starts");
-    // Read from other threads so that full pipes never block the child.
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        out.read_to_end(&mut buf).map(|_| buf)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        err.read_to_end(&mut buf).map(|_| buf)
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tfjob-operator {args:?} did not finish within {TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: out_reader.join().unwrap().expect("stdout is readable"),
-        stderr: err_reader.join().unwrap().expect("stderr is readable"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+    let mut cmd = common::limited();
+    cmd.args(args);
+    common::run(cmd, None, TIMEOUT)
 }
 
 /// Asserts exit status 0 and an empty stderr; returns stdout parsed as JSON.
 fn success(args: &[&str]) -> Value {
-    let output = run(args);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{args:?}\nstderr:\n{}",
-        text(&output.stderr)
-    );
-    assert_eq!(text(&output.stderr), "", "{args:?}");
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{args:?}: stdout is not JSON ({e}):\n{}",
-            text(&output.stdout)
-        )
-    })
+    let stdout = common::expect_success(&run(args), &format!("{args:?}"));
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: stdout is not JSON ({e}):\n{stdout}"))
 }
 
-/// Asserts exit status 2 and an empty stdout; returns stderr.
+/// Asserts exit status 2, an empty stdout and an error on stderr; returns stderr.
 fn failure(args: &[&str]) -> String {
-    let output = run(args);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "{args:?}\nstdout:\n{}\nstderr:\n{}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    assert_eq!(text(&output.stdout), "", "{args:?}: nothing on stdout");
-    let stderr = text(&output.stderr);
+    let stderr = common::expect_failure(&run(args), &format!("{args:?}"));
     assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
     stderr
 }
 
 fn pods_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pods")
+    common::repo("tests/data/pods")
 }
 
 fn pod(file: &str) -> String {
     let path = pods_dir().join(file);
     assert!(path.exists(), "{}", path.display());
-    path.to_str().expect("UTF-8 path").to_owned()
-}
-
-fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
-    let path = dir.join(file);
-    std::fs::write(&path, contents).expect("writing a temp file");
     path.to_str().expect("UTF-8 path").to_owned()
 }
 

@@ -6,12 +6,13 @@
 //! are regenerated with the commands of their README and compared byte for byte. `list` runs
 //! against the embedded API server, with ConfigMaps created through kube-rs.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
@@ -22,84 +23,26 @@ use sha2::{Digest, Sha256};
 use tfjob_policy_engine::configmap::{self, PolicyStatus};
 use tfjob_policy_engine::{FailurePolicy, Hook, PolicyEngine, PolicyMode, SandboxLimits, defaults};
 
+use common::{text, write};
+
 /// Longest a single invocation may take before the test gives up on it.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs the binary with `args`; kills it and fails the test after [`TIMEOUT`].
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tfjob-operator starts");
-    // Read from other threads so that full pipes never block the child.
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        out.read_to_end(&mut buf).map(|_| buf)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        err.read_to_end(&mut buf).map(|_| buf)
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tfjob-operator {args:?} did not finish within {TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: out_reader.join().unwrap().expect("stdout is readable"),
-        stderr: err_reader.join().unwrap().expect("stderr is readable"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+    let mut cmd = common::operator();
+    cmd.args(args).env_remove("KUBECONFIG");
+    common::run(cmd, None, TIMEOUT)
 }
 
 /// Asserts exit status 0 and an empty stderr; returns stdout.
 fn success(args: &[&str]) -> String {
-    let output = run(args);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{args:?}\nstderr:\n{}",
-        text(&output.stderr)
-    );
-    assert_eq!(text(&output.stderr), "", "{args:?}");
-    text(&output.stdout)
+    common::expect_success(&run(args), &format!("{args:?}"))
 }
 
 /// Asserts exit status 2 and an empty stdout; returns stderr.
 fn failure(args: &[&str]) -> String {
-    let output = run(args);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "{args:?}\nstdout:\n{}\nstderr:\n{}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    assert_eq!(text(&output.stdout), "", "{args:?}: nothing on stdout");
-    text(&output.stderr)
-}
-
-fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
-    let path = dir.join(file);
-    std::fs::write(&path, contents).expect("writing a temp file");
-    path.to_str().expect("UTF-8 path").to_owned()
+    common::expect_failure(&run(args), &format!("{args:?}"))
 }
 
 fn engine() -> PolicyEngine {
@@ -391,10 +334,6 @@ fn pack_refuses_what_the_operator_would_reject() {
 // deploy/policies
 // ---------------------------------------------------------------------------------------------
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Splits a shell command line: words separated by spaces, `'...'` quoting.
 fn shell_words(line: &str) -> Vec<String> {
     let mut words = Vec::new();
@@ -416,7 +355,7 @@ fn shell_words(line: &str) -> Vec<String> {
 
 /// The `policy pack` commands of `deploy/policies/README.md`: arguments and output file.
 fn readme_commands() -> Vec<(Vec<String>, String)> {
-    let readme = std::fs::read_to_string(repo_root().join("deploy/policies/README.md"))
+    let readme = std::fs::read_to_string(common::repo("deploy/policies/README.md"))
         .expect("deploy/policies/README.md");
     readme
         .lines()
@@ -446,7 +385,7 @@ fn checked_in_policy_configmaps_are_current() {
     for (args, file) in &commands {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let generated = success(&refs);
-        let path = repo_root().join(file);
+        let path = common::repo(file);
         if update {
             std::fs::write(&path, &generated).unwrap();
             continue;

@@ -2,19 +2,16 @@
 //! policies have decorated them and set their resources, `--no-policies` for the bare pods, and
 //! `--policy-config` overriding the defaults' settings.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
+use common::repo;
 
 fn render(extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+    common::operator()
         .arg("render")
         .arg("-f")
         .arg(repo("deploy/examples/gpu-mnist.yaml"))

@@ -2,17 +2,14 @@
 //! `--demo` must submit the examples, show them to the end and exit with a summary; a bad
 //! `--faults` file must be refused, naming the field.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
+use std::process::Stdio;
+
+use common::repo;
 
 fn up(args: &[&str], dir: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+    common::operator()
         .arg("up")
         .args(["--port", "0", "--kubeconfig-out"])
         .arg(dir.join("kubeconfig"))

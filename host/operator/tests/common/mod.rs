@@ -1,0 +1,139 @@
+//! Running the built `tfjob-operator` binary as a child process, the way a user or a script
+//! would, for the end-to-end tests of its subcommands: the command, its run with a time limit,
+//! and the checks of exit status and output that every subcommand shares.
+//!
+//! Every test file compiles this module on its own and uses a different subset of it, hence the
+//! `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Address-space limit of a [`limited`] child (KiB), so that a runaway allocation fails the
+/// test instead of exhausting the machine's memory. The engine falls back from its pooling
+/// allocator to on-demand allocation when the pool does not fit.
+pub const MEMORY_LIMIT_KIB: u64 = 2 * 1024 * 1024;
+
+/// `path` of the repository.
+pub fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// The binary.
+pub fn operator() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+}
+
+/// The binary under [`MEMORY_LIMIT_KIB`].
+pub fn limited() -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_tfjob-operator"));
+    cmd
+}
+
+/// Runs `cmd` with `stdin` as its standard input (`None`: nothing to read) and collects its
+/// output; kills it and fails the test after `timeout`.
+pub fn run(mut cmd: Command, stdin: Option<&str>, timeout: Duration) -> Output {
+    let input = if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    cmd.stdin(input)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("tfjob-operator starts");
+    // Written and read from other threads so that full pipes never block the child.
+    let writer = stdin.map(|text| {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        let text = text.to_owned();
+        std::thread::spawn(move || {
+            // A child that exits without reading (usage errors) closes the pipe: not a failure
+            // here.
+            let _ = pipe.write_all(text.as_bytes());
+        })
+    });
+    let out_reader = read_all(child.stdout.take().expect("stdout is piped"));
+    let err_reader = read_all(child.stderr.take().expect("stderr is piped"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tfjob-operator did not finish within {timeout:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(writer) = writer {
+        writer.join().expect("stdin writer finishes");
+    }
+    Output {
+        status,
+        stdout: out_reader
+            .join()
+            .expect("stdout reader finishes")
+            .expect("stdout is readable"),
+        stderr: err_reader
+            .join()
+            .expect("stderr reader finishes")
+            .expect("stderr is readable"),
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn read_all(mut pipe: impl Read + Send + 'static) -> JoinHandle<std::io::Result<Vec<u8>>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        pipe.read_to_end(&mut buf).map(|_| buf)
+    })
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// Asserts exit status 0 and an empty stderr; returns stdout. `context` (what ran) leads the
+/// failure messages.
+pub fn expect_success(output: &Output, context: &str) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{context}\nstderr:\n{}",
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stderr), "", "{context}");
+    text(&output.stdout)
+}
+
+/// Asserts exit status 2 (invalid input) and an empty stdout; returns stderr. `context` (what
+/// ran) leads the failure messages.
+pub fn expect_failure(output: &Output, context: &str) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{context}\nstdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stdout), "", "{context}: nothing on stdout");
+    text(&output.stderr)
+}
+
+/// Writes `contents` to `dir/file`; returns the path.
+pub fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, contents).expect("writing a temp file");
+    path.to_str().expect("UTF-8 path").to_owned()
+}
