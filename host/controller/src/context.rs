@@ -12,6 +12,7 @@ use kube::runtime::reflector::Store;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
 use crate::metrics::Metrics;
+use crate::recent::{BELIEVE_FOR, RecentlyCreated};
 
 /// First delay after a failed reconcile; doubled per consecutive failure.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
@@ -31,6 +32,9 @@ pub struct Context {
     pub policies: Arc<dyn PodPolicies>,
     failures: Mutex<HashMap<(String, String), u32>>,
     published_once: Mutex<HashSet<String>>,
+    /// Pods and services created by this operator that the caches may not show yet.
+    pub created_pods: RecentlyCreated<Pod>,
+    pub created_services: RecentlyCreated<Service>,
 }
 
 impl Context {
@@ -53,17 +57,22 @@ impl Context {
             policies,
             failures: Mutex::default(),
             published_once: Mutex::default(),
+            created_pods: RecentlyCreated::new(BELIEVE_FOR),
+            created_services: RecentlyCreated::new(BELIEVE_FOR),
         }
     }
 
-    /// Pods whose controller owner is the job with `uid`.
+    /// Pods whose controller owner is the job with `uid`, with those created but not cached yet.
     pub fn pods_of(&self, uid: &str) -> Vec<Pod> {
-        owned(&self.pods, uid, |p: &Pod| &p.metadata)
+        let cached = owned(&self.pods, uid, |p: &Pod| &p.metadata);
+        self.created_pods.merge(uid, cached)
     }
 
-    /// Services whose controller owner is the job with `uid`.
+    /// Services whose controller owner is the job with `uid`, with those created but not cached
+    /// yet.
     pub fn services_of(&self, uid: &str) -> Vec<Service> {
-        owned(&self.services, uid, |s: &Service| &s.metadata)
+        let cached = owned(&self.services, uid, |s: &Service| &s.metadata);
+        self.created_services.merge(uid, cached)
     }
 
     /// Publishes an event on the job, once per once-key. Event failures are logged, never fatal:

@@ -92,8 +92,14 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
         )
         .await;
     }
+    let job_uid = job.uid().unwrap_or_default();
     let results = join_all(plan.create_services.iter().map(|s| create(&services, s))).await;
     for (s, result) in plan.create_services.iter().zip(results) {
+        let result = result.map(|created| {
+            created
+                .map(|svc| ctx.created_services.remember(&job_uid, svc))
+                .is_some()
+        });
         report(
             ctx,
             &reference,
@@ -108,6 +114,11 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     }
     let results = join_all(plan.create_pods.iter().map(|p| create(&pods, p))).await;
     for (p, result) in plan.create_pods.iter().zip(results) {
+        let result = result.map(|created| {
+            created
+                .map(|pod| ctx.created_pods.remember(&job_uid, pod))
+                .is_some()
+        });
         report(
             ctx,
             &reference,
@@ -148,13 +159,14 @@ enum Verb {
 }
 
 /// `Ok(true)`: done; `Ok(false)`: nothing to do (already there / already gone).
-async fn create<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
+/// `Ok(Some(created))`: created; `Ok(None)`: it exists already.
+async fn create<K>(api: &Api<K>, obj: &K) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(None),
         Err(e) => Err(e),
     }
 }

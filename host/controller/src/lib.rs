@@ -11,6 +11,7 @@ pub mod error;
 pub mod execute;
 pub mod http;
 pub mod metrics;
+pub mod recent;
 pub mod reconcile;
 
 use std::net::SocketAddr;
