@@ -48,6 +48,9 @@ pub struct PolicySync {
     sources: Sources,
     /// The state and error each ConfigMap was last reported with, so events mark changes only.
     reported: BTreeMap<SourceKey, (PolicyState, Option<String>)>,
+    /// The statuses of the last composition: a ConfigMap whose annotation differs (a write
+    /// that failed, an annotation edited by hand) is written again on the next change seen.
+    statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
 }
 
 impl PolicySync {
@@ -66,6 +69,7 @@ impl PolicySync {
             metrics,
             sources: Sources::new(),
             reported: BTreeMap::new(),
+            statuses: BTreeMap::new(),
         }
     }
 
@@ -125,7 +129,7 @@ impl PolicySync {
         }
     }
 
-    /// Loads what changed, swaps the snapshot and reports.
+    /// Loads what changed, swaps the snapshot, and brings every ConfigMap's status up to date.
     async fn sync(&mut self, stores: &[Store<ConfigMap>]) {
         let observed: Vec<Arc<ConfigMap>> = stores.iter().flat_map(|s| s.state()).collect();
         let mut changed = false;
@@ -159,9 +163,22 @@ impl PolicySync {
             self.reported.remove(&key);
             changed = true;
         }
-        if !changed {
-            return;
+        if changed {
+            self.swap();
         }
+        for cm in &observed {
+            let key = SourceKey {
+                namespace: cm.namespace().unwrap_or_default(),
+                name: cm.name_any(),
+            };
+            if let Some(status) = self.statuses.get(&key).cloned() {
+                self.report(cm, &key, &status).await;
+            }
+        }
+    }
+
+    /// Composes the sources into a new snapshot and swaps it in.
+    fn swap(&mut self) {
         let composition = self.sources.compose(&self.config.defaults);
         self.registry.swap(PolicySet::with_unavailable(
             composition.active.iter().map(Arc::clone),
@@ -174,15 +191,7 @@ impl PolicySync {
         if dropped > 0 {
             tracing::debug!(dropped, "compiled policies no longer used were dropped");
         }
-        for cm in &observed {
-            let key = SourceKey {
-                namespace: cm.namespace().unwrap_or_default(),
-                name: cm.name_any(),
-            };
-            if let Some(status) = composition.statuses.get(&key) {
-                self.report(cm, &key, status).await;
-            }
-        }
+        self.statuses = composition.statuses;
     }
 
     /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work).
