@@ -389,8 +389,10 @@ impl Store {
         // The garbage collector's rule for a dependent whose owners are all gone already (a
         // controller acting on a stale cache created it after the owner's deletion): it is
         // collected at once, so nothing outlives its owner.
+        // An owner in foreground deletion does not count: it waits for its dependents to go.
         let owners: Vec<&Value> = owner_references(&obj).collect();
-        if !owners.is_empty() && owners.iter().all(|r| !owner_present(&inner, &key.1, r)) {
+        if !owners.is_empty() && owners.iter().all(|r| !owner_standing(&inner, &key.1, r)) {
+            // Removing it also lets an owner waiting in foreground deletion go.
             self.delete_locked(&mut inner, &key, obj.clone(), Propagation::Background);
         }
         Ok(obj)
@@ -885,8 +887,9 @@ fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
 }
 
 /// Whether the owner an ownerReference names (by kind, name and uid, in the dependent's
-/// namespace or cluster-wide) exists. Looked up by key rather than by scanning for the uid.
-fn owner_present(inner: &Inner, namespace: &str, reference: &Value) -> bool {
+/// namespace or cluster-wide) exists and is not being deleted in the foreground. Looked up by
+/// key rather than by scanning for the uid.
+fn owner_standing(inner: &Inner, namespace: &str, reference: &Value) -> bool {
     let field = |f: &str| reference.get(f).and_then(Value::as_str).unwrap_or_default();
     let (api_version, kind, name, uid) = (
         field("apiVersion"),
@@ -903,7 +906,11 @@ fn owner_present(inner: &Inner, namespace: &str, reference: &Value) -> bool {
             inner
                 .objects
                 .get(&(t.key(), ns.to_owned(), name.to_owned()))
-                .is_some_and(|o| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
+                .is_some_and(|o| {
+                    o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
+                        && !(o.pointer("/metadata/deletionTimestamp").is_some()
+                            && has_finalizer(o, FOREGROUND_FINALIZER))
+                })
         })
 }
 
@@ -1254,6 +1261,62 @@ mod tests {
                 .unwrap()
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn a_dependent_created_while_its_owner_waits_in_foreground_deletion_does_not_hold_it() {
+        let store = Store::new();
+        let (cms, pods) = (
+            store.resource("", "configmaps").unwrap(),
+            store.resource("", "pods").unwrap(),
+        );
+        let owner = store
+            .create(&cms, Some("ns"), json!({"metadata": {"name": "owner"}}))
+            .unwrap();
+        let reference = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true}]);
+        // A dependent whose finalizer keeps the owner in foreground deletion for now.
+        store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "held",
+                "ownerReferences": reference, "finalizers": ["test/hold"]}}),
+            )
+            .unwrap();
+        let options = DeleteOptions {
+            propagation: Propagation::Foreground,
+            ..DeleteOptions::default()
+        };
+        store.delete(&cms, Some("ns"), "owner", &options).unwrap();
+        assert!(
+            store.get(&cms, Some("ns"), "owner").is_ok(),
+            "waits for `held`"
+        );
+        // Created late by a controller with a stale cache: collected, not waited for.
+        store
+            .create(
+                &pods,
+                Some("ns"),
+                json!({"metadata": {"name": "late", "ownerReferences": reference}}),
+            )
+            .unwrap();
+        assert!(store.get(&pods, Some("ns"), "late").is_err());
+        // Once the finalizer goes, so do the dependent and then the owner.
+        store
+            .patch(
+                &pods,
+                Some("ns"),
+                "held",
+                Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                false,
+            )
+            .unwrap();
+        assert!(store.get(&pods, Some("ns"), "held").is_err());
+        assert!(
+            store.get(&cms, Some("ns"), "owner").is_err(),
+            "the owner went last"
         );
     }
 

@@ -46,13 +46,15 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
         let ctx = Arc::clone(ctx);
         let job = job.clone();
         tokio::task::spawn_blocking(move || {
+            // One policy snapshot for the whole plan: a swap lands between reconciles.
+            let pinned = ctx.policies.pinned();
             plan(&PlanInput {
                 job: &job,
                 pods: &pods,
                 services: &services,
                 now,
                 settings: &ctx.settings,
-                policies: ctx.policies.as_ref(),
+                policies: pinned.as_deref().unwrap_or(ctx.policies.as_ref()),
             })
         })
         .await

@@ -19,6 +19,9 @@ use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
 use crate::policy_setup::Policies;
 
+/// Longest wait for the policy ConfigMaps before the first reconcile.
+pub const POLICY_WAIT: Duration = Duration::from_secs(30);
+
 /// How the operator runs.
 #[derive(Clone, Debug, Default)]
 pub struct OperatorConfig {
@@ -76,7 +79,10 @@ pub async fn run(
         );
         let (ready_tx, mut ready) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(sync.run(ready_tx, shutdown.clone()));
-        // The first reconcile waits for the configured policies; say so while waiting.
+        // The first reconcile waits for the configured policies, but not forever: a policy
+        // namespace that cannot be listed (no RBAC Role there) must not keep the operator from
+        // serving. Past the bound it starts with what is loaded; later loads swap in as usual.
+        let started = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 r = ready.wait_for(|r| *r) => {
@@ -86,10 +92,21 @@ pub async fn run(
                     break;
                 }
                 () = shutdown.clone() => return Ok(()),
-                () = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
-                    namespaces = ?config.policy_namespaces,
-                    "still waiting for the policy ConfigMaps to be listed"
-                ),
+                () = tokio::time::sleep(Duration::from_secs(10)) => {
+                    if started.elapsed() >= POLICY_WAIT {
+                        tracing::error!(
+                            namespaces = ?config.policy_namespaces,
+                            "the policy ConfigMaps could not be listed in time; reconciling with \
+                             the policies loaded so far (check the operator's Role in each policy \
+                             namespace)"
+                        );
+                        break;
+                    }
+                    tracing::warn!(
+                        namespaces = ?config.policy_namespaces,
+                        "still waiting for the policy ConfigMaps to be listed"
+                    );
+                }
             }
         }
         Some(task)

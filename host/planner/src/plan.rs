@@ -346,7 +346,9 @@ impl<'a, 'i> Planner<'a, 'i> {
         if window.is_zero() || !counts_only {
             return None;
         }
-        let since = Duration::try_from(self.input.now.duration_since(last)).unwrap_or_default();
+        // A last write in the future (clock skew between operator instances) holds nothing
+        // back: otherwise counts could wait until the clock catches up.
+        let since = Duration::try_from(self.input.now.duration_since(last)).ok()?;
         window.checked_sub(since).filter(|w| !w.is_zero())
     }
 

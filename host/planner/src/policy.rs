@@ -174,6 +174,13 @@ pub trait PodPolicies: Send + Sync {
     fn classify(&self, ctx: &PodContext, pod: &Pod, now: Timestamp)
     -> Result<Verdict, PolicyError>;
 
+    /// A view of these policies fixed to the versions serving now, for one whole plan, so a
+    /// swap in the middle of a reconcile cannot shape two pods of a job with two versions.
+    /// `None` when the policies never change.
+    fn pinned(&self) -> Option<Box<dyn PodPolicies>> {
+        None
+    }
+
     /// [`classify`](Self::classify) with the notes the evaluation produced. Implementations
     /// without notes keep the default.
     fn classify_with_notes(

@@ -1025,4 +1025,8 @@ fn replica_count_changes_alone_wait_for_the_batch_window_but_conditions_do_not()
     assert_eq!(counts(new_status(&plan), "Worker"), (3, 0, 0));
     // The default window holds the same change back.
     assert!(cluster.plan(at_ms(1400)).status.is_none());
+    // A last write stamped in the future (another instance's clock) holds nothing back.
+    cluster.job.status.as_mut().unwrap().last_reconcile_time = Some(Time(at_ms(60_000)));
+    let plan = cluster.plan(at_ms(1400));
+    assert_eq!(counts(new_status(&plan), "Worker"), (3, 0, 0));
 }

@@ -27,6 +27,7 @@ struct EvalLabels {
 struct ErrorLabels {
     policy: String,
     hook: String,
+    mode: String,
     category: String,
 }
 
@@ -34,6 +35,15 @@ struct ErrorLabels {
 struct HookLabels {
     policy: String,
     hook: String,
+    mode: String,
+}
+
+fn mode_label(mode: PolicyMode) -> String {
+    match mode {
+        PolicyMode::Enforce => "Enforce",
+        PolicyMode::Shadow => "Shadow",
+    }
+    .to_owned()
 }
 
 fn histogram() -> Histogram {
@@ -47,7 +57,13 @@ pub struct PolicyMetrics {
     evaluations: Family<EvalLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     latency: Family<HookLabels, Histogram>,
-    disagreements: Family<HookLabels, Counter>,
+    disagreements: Family<DisagreementLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DisagreementLabels {
+    policy: String,
+    hook: String,
 }
 
 impl PolicyMetrics {
@@ -91,16 +107,12 @@ impl PolicyMetrics {
         took: Duration,
         error: Option<Category>,
     ) {
-        let hook = hook.to_string();
+        let (hook, mode) = (hook.to_string(), mode_label(mode));
         self.evaluations
             .get_or_create(&EvalLabels {
                 policy: policy.to_owned(),
                 hook: hook.clone(),
-                mode: match mode {
-                    PolicyMode::Enforce => "Enforce",
-                    PolicyMode::Shadow => "Shadow",
-                }
-                .to_owned(),
+                mode: mode.clone(),
             })
             .inc();
         if let Some(category) = error {
@@ -108,6 +120,7 @@ impl PolicyMetrics {
                 .get_or_create(&ErrorLabels {
                     policy: policy.to_owned(),
                     hook: hook.clone(),
+                    mode: mode.clone(),
                     category: category.as_str().to_owned(),
                 })
                 .inc();
@@ -116,14 +129,27 @@ impl PolicyMetrics {
             .get_or_create(&HookLabels {
                 policy: policy.to_owned(),
                 hook,
+                mode,
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Records a configured policy that could not run because it never loaded.
+    pub fn unavailable(&self, policy: &str, hook: Hook) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                policy: policy.to_owned(),
+                hook: hook.to_string(),
+                mode: mode_label(PolicyMode::Enforce),
+                category: Category::Unavailable.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// Records a shadow decision that differed from the enforced one.
     pub fn disagreed(&self, policy: &str, hook: Hook) {
         self.disagreements
-            .get_or_create(&HookLabels {
+            .get_or_create(&DisagreementLabels {
                 policy: policy.to_owned(),
                 hook: hook.to_string(),
             })

@@ -215,12 +215,16 @@ impl WasmPolicies {
     /// Fails (under `Fail`) or notes (under `Ignore`) the configured policies that never loaded
     /// and would run for `hook` on this job.
     fn check_unavailable(
+        &self,
         set: &PolicySet,
         hook: Hook,
         ctx: &PodContext,
         notes: &mut Vec<PolicyNote>,
     ) -> Result<(), PolicyError> {
         for u in set.unavailable_for(hook, &ctx.namespace, &ctx.job_labels) {
+            if let Some(m) = &self.metrics {
+                m.unavailable(&u.manifest.name, hook);
+            }
             let message = format!(
                 "policy {} from {} is configured but not loaded: {}",
                 u.manifest.name, u.source, u.error
@@ -390,12 +394,21 @@ fn verdict_text(v: &Verdict) -> String {
 }
 
 impl PodPolicies for WasmPolicies {
+    fn pinned(&self) -> Option<Box<dyn PodPolicies>> {
+        Some(Box::new(WasmPolicies {
+            engine: Arc::clone(&self.engine),
+            registry: Arc::new(Registry::fixed(self.registry.snapshot())),
+            metrics: self.metrics.clone(),
+            fallback: NativePolicies::default(),
+        }))
+    }
+
     fn shape_pod(&self, ctx: &PodContext, pod: Pod) -> Result<ShapedPod, PolicyError> {
         let set = self.registry.snapshot();
         let wit_ctx = job_context(ctx);
         let mut notes = Vec::new();
-        Self::check_unavailable(&set, Hook::Decorate, ctx, &mut notes)?;
-        Self::check_unavailable(&set, Hook::Resources, ctx, &mut notes)?;
+        self.check_unavailable(&set, Hook::Decorate, ctx, &mut notes)?;
+        self.check_unavailable(&set, Hook::Resources, ctx, &mut notes)?;
         let mut current = serde_json::to_value(&pod).map_err(|e| PolicyError {
             policy: "operator".into(),
             category: Category::InvalidOutput,
@@ -518,7 +531,7 @@ impl PodPolicies for WasmPolicies {
     ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
         let set = self.registry.snapshot();
         let mut notes = Vec::new();
-        Self::check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
+        self.check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
         let wit_ctx = job_context(ctx);
         let pod_json = serde_json::to_string(pod).map_err(|e| PolicyError {
             policy: "operator".into(),

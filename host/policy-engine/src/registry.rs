@@ -472,6 +472,13 @@ impl Registry {
         }
     }
 
+    /// A registry that keeps serving `set` (shared, not copied).
+    pub fn fixed(set: Arc<PolicySet>) -> Registry {
+        Registry {
+            current: ArcSwap::new(set),
+        }
+    }
+
     pub fn snapshot(&self) -> Arc<PolicySet> {
         self.current.load_full()
     }

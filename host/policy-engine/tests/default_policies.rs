@@ -1209,3 +1209,29 @@ fn policy_dir_errors_name_the_file() {
         other => panic!("expected a rejected policy, got {other:?}"),
     }
 }
+
+#[test]
+fn a_pinned_view_keeps_the_policies_it_started_with_across_a_swap() {
+    let policies =
+        seam(defaults::load_defaults(engine(), &PolicyConfig::default()).expect("defaults load"));
+    let pinned = policies.pinned().expect("Wasm policies can be pinned");
+    // A swap to an empty set after the view was taken: the view still shapes with the defaults,
+    // the live seam does not.
+    policies.registry().swap(PolicySet::default());
+    let annotations = |p: &dyn PodPolicies| {
+        p.shape_pod(&ctx(), pod_file("worker.yaml"))
+            .expect("shapes")
+            .pod
+            .metadata
+            .annotations
+            .unwrap_or_default()
+    };
+    let from_view = annotations(pinned.as_ref());
+    assert!(
+        from_view
+            .get(APPLIED_ANNOTATION)
+            .is_some_and(|a| a.contains(&label("default-decorate"))),
+        "{from_view:?}"
+    );
+    assert!(!annotations(&policies).contains_key(APPLIED_ANNOTATION));
+}

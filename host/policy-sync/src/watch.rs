@@ -321,9 +321,12 @@ fn all_ready(stores: &[Store<ConfigMap>]) -> bool {
         .all(|s| s.wait_until_ready().now_or_never().is_some())
 }
 
-/// A digest of what a ConfigMap says (data and binaryData), not of its metadata.
+/// A digest of what a ConfigMap says (data and binaryData) and of its identity (uid: a
+/// ConfigMap deleted and created again is a new source), not of the rest of its metadata.
 pub fn fingerprint(cm: &ConfigMap) -> String {
     let mut hasher = Sha256::new();
+    hasher.update(cm.metadata.uid.as_deref().unwrap_or_default().as_bytes());
+    hasher.update([0]);
     for (k, v) in cm.data.iter().flatten() {
         hasher.update(b"d");
         hasher.update(k.as_bytes());
