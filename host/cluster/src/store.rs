@@ -410,16 +410,37 @@ impl Store {
     /// Lists objects of a type (in one namespace, or all), with the list's resourceVersion.
     pub fn list(&self, t: &ResourceType, ns: Option<&str>) -> (Vec<Value>, u64) {
         let inner = self.lock();
-        let tk = t.key();
-        let items = inner
-            .objects
-            .iter()
-            .filter(|((k, n, _), _)| {
-                *k == tk && (ns.is_none() || !t.namespaced || ns == Some(n.as_str()))
-            })
-            .map(|(_, v)| v.clone())
-            .collect();
+        let items = Self::of_type(&inner, t, ns).map(Value::clone).collect();
         (items, inner.rv)
+    }
+
+    /// How many objects of `t` (in `ns`, or all) satisfy `which`, without copying any.
+    pub fn count(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        which: impl Fn(&Value) -> bool,
+    ) -> usize {
+        let inner = self.lock();
+        Self::of_type(&inner, t, ns).filter(|v| which(v)).count()
+    }
+
+    /// The objects of `t` (in `ns`, or all): a range of the ordered map, not a scan of every
+    /// object of every type (events alone can be tens of thousands).
+    fn of_type<'a>(
+        inner: &'a Inner,
+        t: &ResourceType,
+        ns: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        let tk = t.key();
+        let namespaced = t.namespaced;
+        let start = (tk.clone(), String::new(), String::new());
+        inner
+            .objects
+            .range(start..)
+            .take_while(move |((k, _, _), _)| *k == tk)
+            .filter(move |((_, n, _), _)| ns.is_none() || !namespaced || ns == Some(n.as_str()))
+            .map(|(_, v)| v)
     }
 
     /// Replaces an object (`PUT`), or only its status when `status_only`.
