@@ -18,7 +18,18 @@
 //! | `change-image`| `spec.containers[0].image` = `evil:latest` | input unchanged        | `running`                           |
 //! | `privileged`  | `spec.containers[0].securityContext.privileged` = `true` | input unchanged | `running`            |
 //! | `host-path`   | adds volume `{"name": "hostile-root", "hostPath": {"path": "/"}}` | input unchanged | `running`   |
+//! | `sleep`       | `std::thread::sleep` for an hour (a blocking WASI timer) | same       | same                                |
+//! | `poll`        | `wasi:io/poll.poll` on a timer an hour away | same                  | same                                |
+//! | `stdin`       | reads stdin to its end; annotation `hostile/stdin` = bytes read | `failed("stdin: <n> bytes")` | `running`, reason `stdin` |
+//! | `long-error`  | `failed(<text>)`: `pad` ASCII bytes, then 10 KiB of 2-, 3- and 4-byte characters | same | same |
+//! | `log-flood`   | 100,000 log records of 1,000 empty fields each, then input unchanged | same, then input unchanged | same, then `running` |
+//! | `edit`        | sets the JSON pointer `path` of the pod to `value` (`-` appends to a list) | input unchanged | `running` |
+//! | `verdict`     | input unchanged                       | input unchanged             | a verdict of phase `phase`          |
 //! | `ok`          | input unchanged                       | input unchanged             | `running`                           |
+//!
+//! `validate-settings` itself misbehaves in three more modes: `sleep-in-settings` (sleeps an
+//! hour), `long-error-in-settings` (rejects with the `long-error` text) and `loop-in-settings`
+//! (never returns); their hooks behave as `ok`.
 //!
 //! Reports: `read-file` tries `/etc/passwd` and reports `denied` or the first 64 bytes read;
 //! `env` reports `count=<n> visible=<true|false>` for `std::env::vars_os()`; `network` tries a
@@ -52,6 +63,16 @@ enum Mode {
     ChangeImage,
     Privileged,
     HostPath,
+    Sleep,
+    Poll,
+    Stdin,
+    LongError,
+    LogFlood,
+    Edit,
+    Verdict,
+    SleepInSettings,
+    LongErrorInSettings,
+    LoopInSettings,
     #[default]
     Ok,
 }
@@ -70,6 +91,16 @@ impl Mode {
             Mode::ChangeImage => "change-image",
             Mode::Privileged => "privileged",
             Mode::HostPath => "host-path",
+            Mode::Sleep => "sleep",
+            Mode::Poll => "poll",
+            Mode::Stdin => "stdin",
+            Mode::LongError => "long-error",
+            Mode::LogFlood => "log-flood",
+            Mode::Edit => "edit",
+            Mode::Verdict => "verdict",
+            Mode::SleepInSettings => "sleep-in-settings",
+            Mode::LongErrorInSettings => "long-error-in-settings",
+            Mode::LoopInSettings => "loop-in-settings",
             Mode::Ok => "ok",
         }
     }
@@ -79,6 +110,15 @@ impl Mode {
 #[serde(deny_unknown_fields, default)]
 struct HostileSettings {
     mode: Mode,
+    /// `long-error`: ASCII bytes before the multi-byte text, to move every cut across a
+    /// character.
+    pad: usize,
+    /// `edit`: a JSON pointer into the pod.
+    path: String,
+    /// `edit`: the value to set there.
+    value: Value,
+    /// `verdict`: the phase to answer, as spelled in the contract.
+    phase: String,
 }
 
 impl PolicySettings for HostileSettings {
@@ -95,7 +135,14 @@ tfjob_policy_sdk::export_policy!(world: "full-policy", path: "../../wit", policy
 
 impl bindings::exports::tfjob::policy::settings::Guest for Hostile {
     fn validate_settings(settings: String) -> Result<(), String> {
-        settings::validate::<HostileSettings>(&settings)
+        settings::validate::<HostileSettings>(&settings)?;
+        let s = load(&settings).map_err(|e| e.message().to_owned())?;
+        match s.mode {
+            Mode::SleepInSettings => sleep_long(),
+            Mode::LoopInSettings => spin(),
+            Mode::LongErrorInSettings => Err(long_text(s.pad)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -105,12 +152,27 @@ impl bindings::exports::tfjob::policy::decorate::Guest for Hostile {
         settings: String,
         pod: String,
     ) -> Result<String, PolicyError> {
-        let mode = mode(&settings)?;
+        let s = load(&settings)?;
+        let mode = s.mode;
+        if let Some(outcome) = common(&s) {
+            return outcome.map(|()| pod);
+        }
         match mode {
             Mode::Loop => spin(),
             Mode::Memory => Err(exhaust_memory()),
             Mode::Panic => panic!("hostile policy: panic mode"),
             Mode::BigOutput => Ok(pad(&pod)),
+            Mode::Stdin => edit(&pod, |p| {
+                let annotations = object(object(p, "metadata"), "annotations");
+                annotations.insert("hostile/stdin".into(), json!(read_stdin().to_string()));
+                Ok(())
+            }),
+            Mode::Edit => {
+                let mut document: Value = serde_json::from_str(&pod)
+                    .map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
+                set_pointer(&mut document, &s.path, s.value.clone())?;
+                Ok(document.to_string())
+            }
             Mode::ReadFile | Mode::Env | Mode::Network => edit(&pod, |p| {
                 let annotations = object(object(p, "metadata"), "annotations");
                 annotations.insert(
@@ -142,7 +204,7 @@ impl bindings::exports::tfjob::policy::decorate::Guest for Hostile {
                     )),
                 }
             }),
-            Mode::Ok => Ok(pod),
+            _ => Ok(pod),
         }
     }
 }
@@ -154,18 +216,26 @@ impl bindings::exports::tfjob::policy::resources::Guest for Hostile {
         _container_name: String,
         resources: String,
     ) -> Result<String, PolicyError> {
-        let mode = mode(&settings)?;
+        let s = load(&settings)?;
+        let mode = s.mode;
+        if let Some(outcome) = common(&s) {
+            return outcome.map(|()| resources);
+        }
         match mode {
             Mode::Loop => spin(),
             Mode::Memory => Err(exhaust_memory()),
             Mode::Panic => panic!("hostile policy: panic mode"),
             Mode::BigOutput => Ok(pad(&resources)),
+            Mode::Stdin => Err(PolicyError::Failed(format!(
+                "stdin: {} bytes",
+                read_stdin()
+            ))),
             Mode::ReadFile | Mode::Env | Mode::Network => Err(PolicyError::Failed(format!(
                 "{}: {}",
                 mode.name(),
                 report(mode)
             ))),
-            Mode::ChangeImage | Mode::Privileged | Mode::HostPath | Mode::Ok => Ok(resources),
+            _ => Ok(resources),
         }
     }
 }
@@ -177,7 +247,8 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
         _pod: String,
         _now: String,
     ) -> Result<Verdict, PolicyError> {
-        let mode = mode(&settings)?;
+        let s = load(&settings)?;
+        let mode = s.mode;
         let running = |reason: &str, message: String| Verdict {
             phase: Phase::Running,
             reason: reason.to_owned(),
@@ -185,21 +256,147 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
             kind: None,
             occurred_at: None,
         };
+        if let Some(outcome) = common(&s) {
+            return outcome.map(|()| running("", String::new()));
+        }
         match mode {
             Mode::Loop => spin(),
             Mode::Memory => Err(exhaust_memory()),
             Mode::Panic => panic!("hostile policy: panic mode"),
             Mode::BigOutput => Ok(running("", "x".repeat(BIG_OUTPUT))),
             Mode::ReadFile | Mode::Env | Mode::Network => Ok(running(mode.name(), report(mode))),
-            Mode::ChangeImage | Mode::Privileged | Mode::HostPath | Mode::Ok => {
-                Ok(running("", String::new()))
-            }
+            Mode::Stdin => Ok(running("stdin", read_stdin().to_string())),
+            Mode::Verdict => Ok(Verdict {
+                phase: phase(&s.phase)?,
+                ..running("hostile", "as configured".into())
+            }),
+            _ => Ok(running("", String::new())),
         }
     }
 }
 
-fn mode(settings: &str) -> Result<Mode, PolicyError> {
-    settings::load::<HostileSettings>(settings).map(|s| s.mode)
+fn load(settings: &str) -> Result<HostileSettings, PolicyError> {
+    settings::load::<HostileSettings>(settings)
+}
+
+/// What every hook does alike in the modes that do not depend on the hook: `Some` with the
+/// outcome (`Ok` meaning "then answer as `ok` would"), `None` for the hook's own modes.
+fn common(s: &HostileSettings) -> Option<Result<(), PolicyError>> {
+    match s.mode {
+        Mode::Sleep => sleep_long(),
+        Mode::Poll => poll_long(),
+        Mode::LongError => Some(Err(PolicyError::Failed(long_text(s.pad)))),
+        Mode::LogFlood => {
+            log_flood();
+            Some(Ok(()))
+        }
+        _ => None,
+    }
+}
+
+/// Blocks in a WASI timer for an hour; only the host's bound on timers ends the call.
+fn sleep_long() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
+/// Waits on a pollable an hour away through `wasi:io/poll.poll` directly.
+#[cfg(target_os = "wasi")]
+fn poll_long() -> ! {
+    loop {
+        let timer = wasip2::clocks::monotonic_clock::subscribe_duration(3600 * 1_000_000_000);
+        wasip2::io::poll::poll(&[&timer]);
+    }
+}
+
+#[cfg(not(target_os = "wasi"))]
+fn poll_long() -> ! {
+    sleep_long()
+}
+
+/// Reads stdin to its end and returns how many bytes came.
+fn read_stdin() -> usize {
+    use std::io::Read;
+    let mut buffer = Vec::new();
+    std::io::stdin().read_to_end(&mut buffer).unwrap_or(0)
+}
+
+/// `pad` ASCII bytes, then 10 KiB of 2-, 3- and 4-byte characters, so any byte budget falls
+/// inside a character for some `pad`.
+fn long_text(pad: usize) -> String {
+    let mut text = "p".repeat(pad);
+    while text.len() < pad + 10 * 1024 {
+        text.push_str("é€😀");
+    }
+    text
+}
+
+/// Many records of many empty fields: no text, all overhead.
+fn log_flood() {
+    let fields = vec![("", ""); 1000];
+    for _ in 0..100_000 {
+        tfjob_policy_sdk::log::info("", &fields);
+    }
+}
+
+fn phase(name: &str) -> Result<Phase, PolicyError> {
+    Ok(match name {
+        "undefined" => Phase::Undefined,
+        "queued" => Phase::Queued,
+        "waiting-for-resources" => Phase::WaitingForResources,
+        "initializing" => Phase::Initializing,
+        "running" => Phase::Running,
+        "succeeded" => Phase::Succeeded,
+        "retryable-failure" => Phase::RetryableFailure,
+        "permanent-failure" => Phase::PermanentFailure,
+        other => {
+            return Err(PolicyError::InvalidSettings(format!(
+                "phase: unknown phase {other:?}"
+            )));
+        }
+    })
+}
+
+/// Sets the JSON pointer `path` of `document` to `value`, creating objects on the way; a last
+/// segment `-` appends to a list.
+fn set_pointer(document: &mut Value, path: &str, value: Value) -> Result<(), PolicyError> {
+    let invalid = |m: &str| PolicyError::InvalidSettings(format!("path {path:?}: {m}"));
+    let segments: Vec<String> = path
+        .strip_prefix('/')
+        .ok_or_else(|| invalid("a JSON pointer starts with /"))?
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let (last, parents) = segments.split_last().ok_or_else(|| invalid("empty"))?;
+    let mut at = document;
+    for segment in parents {
+        at = match at {
+            Value::Array(list) => {
+                let i: usize = segment.parse().map_err(|_| invalid("expected an index"))?;
+                list.get_mut(i)
+                    .ok_or_else(|| invalid("index out of range"))?
+            }
+            Value::Object(map) => map
+                .entry(segment.clone())
+                .or_insert_with(|| Value::Object(Map::new())),
+            _ => return Err(invalid("goes through a scalar")),
+        };
+    }
+    match at {
+        Value::Array(list) if last == "-" => list.push(value),
+        Value::Array(list) => {
+            let i: usize = last.parse().map_err(|_| invalid("expected an index"))?;
+            *list
+                .get_mut(i)
+                .ok_or_else(|| invalid("index out of range"))? = value;
+        }
+        Value::Object(map) => {
+            map.insert(last.clone(), value);
+        }
+        _ => return Err(invalid("goes through a scalar")),
+    }
+    Ok(())
 }
 
 /// Burns CPU until the host's deadline stops the instance.

@@ -438,9 +438,12 @@ fn add_mount(container: &mut Container, volume: &AcceleratorVolume) {
     {
         return;
     }
+    // Read-only: a driver directory is read by the workload, never written, and the host
+    // grants policies host paths for read-only mounts only.
     mounts.push(VolumeMount {
         name: volume.name.clone(),
         mount_path: volume.mount_path.clone(),
+        read_only: Some(true),
         ..VolumeMount::default()
     });
 }
@@ -642,8 +645,8 @@ mod tests {
             assert_eq!(
                 tf["volumeMounts"],
                 json!([
-                    {"name": "nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"},
-                    {"name": "nvidia-bin", "mountPath": "/usr/local/nvidia/bin"}
+                    {"name": "nvidia-lib", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true},
+                    {"name": "nvidia-bin", "mountPath": "/usr/local/nvidia/bin", "readOnly": true}
                 ])
             );
             assert!(env_of(&out, "containers", i).contains(&(

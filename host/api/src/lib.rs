@@ -4,12 +4,14 @@
 //! unchanged ([`types`]), the label and annotation keys that form the external contract
 //! ([`labels`]), the in-memory defaults and validation that turn a raw spec into a
 //! [`validation::ValidJob`] the planner can trust, the CRD generated from the types ([`crd`]) and
-//! YAML/JSON parsing with field-path errors ([`parse`]). Nothing here talks to a cluster.
+//! YAML/JSON parsing with field-path errors ([`parse`]); and [`text`], the one place where text
+//! is cut to a byte budget. Nothing here talks to a cluster.
 
 pub mod crd;
 pub mod labels;
 pub mod parse;
 pub mod replica_type;
+pub mod text;
 pub mod types;
 pub mod validation;
 

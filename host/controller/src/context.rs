@@ -12,6 +12,7 @@ use kube::runtime::reflector::Store;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
 use crate::metrics::Metrics;
+use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
 
 /// First delay after a failed reconcile; doubled per consecutive failure.
@@ -35,6 +36,8 @@ pub struct Context {
     /// Pods and services created by this operator that the caches may not show yet.
     pub created_pods: RecentlyCreated<Pod>,
     pub created_services: RecentlyCreated<Service>,
+    /// Reconciles in flight, for `/healthz`.
+    pub progress: Arc<Progress>,
 }
 
 impl Context {
@@ -59,6 +62,7 @@ impl Context {
             published_once: Mutex::default(),
             created_pods: RecentlyCreated::new(BELIEVE_FOR),
             created_services: RecentlyCreated::new(BELIEVE_FOR),
+            progress: Arc::default(),
         }
     }
 
@@ -93,7 +97,7 @@ impl Context {
                 EventType::Warning => KubeEventType::Warning,
             },
             reason: event.reason.clone(),
-            note: Some(truncate(&event.message, 1024)),
+            note: Some(tfjob_api::text::elided(&event.message, 1024)),
             action: "Reconcile".into(),
             secondary: event.related.as_ref().map(|(kind, name)| ObjectReference {
                 api_version: Some("v1".into()),
@@ -149,17 +153,6 @@ where
         })
         .map(|o| (**o).clone())
         .collect()
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &s[..cut])
 }
 
 #[cfg(test)]

@@ -15,6 +15,15 @@ pub enum Error {
     /// A policy with failure policy `Fail` could not decide.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A policy call inside the planner ran past the bound derived from the sandbox's deadline;
+    /// the reconcile stopped waiting for it.
+    #[error(
+        "a policy call has not returned after {running:?} (the bound is {bound:?}); gave up waiting"
+    )]
+    PolicyStuck {
+        running: std::time::Duration,
+        bound: std::time::Duration,
+    },
     /// The planner task did not finish (it panicked or was cancelled).
     #[error("planner task failed: {0}")]
     PlannerTask(String),
@@ -25,7 +34,7 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Kube { .. } => "api",
-            Error::Plan(_) => "policy",
+            Error::Plan(_) | Error::PolicyStuck { .. } => "policy",
             Error::PlannerTask(_) => "internal",
         }
     }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -11,19 +12,24 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use crate::progress::Progress;
+
 /// What the endpoint serves.
 #[derive(Clone)]
 pub struct Endpoint {
     pub registry: Arc<Registry>,
     /// Set once the caches are filled and reconciles may run.
     pub ready: Arc<AtomicBool>,
+    /// Reconciles in flight; `/healthz` fails while one has run longer than `stall_after`.
+    pub progress: Arc<Progress>,
+    pub stall_after: Duration,
 }
 
 /// The router, separate from serving so tests can call it directly.
 pub fn router(endpoint: Endpoint) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(endpoint)
 }
@@ -60,6 +66,20 @@ async fn metrics(State(e): State<Endpoint>) -> impl IntoResponse {
     }
 }
 
+async fn healthz(State(e): State<Endpoint>) -> impl IntoResponse {
+    match e.progress.stalled(Instant::now(), e.stall_after) {
+        None => (StatusCode::OK, "ok".to_owned()),
+        Some(running) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "a reconcile has been running for {}s (the bound is {}s)",
+                running.as_secs(),
+                e.stall_after.as_secs()
+            ),
+        ),
+    }
+}
+
 async fn readyz(State(e): State<Endpoint>) -> impl IntoResponse {
     if e.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready")
@@ -82,6 +102,8 @@ mod tests {
             Endpoint {
                 registry: Arc::new(registry),
                 ready: Arc::new(AtomicBool::new(false)),
+                progress: Arc::default(),
+                stall_after: Duration::from_secs(60),
             },
             metrics,
         )
@@ -122,5 +144,20 @@ mod tests {
             "{body}"
         );
         assert!(body.ends_with("# EOF\n"));
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_while_a_reconcile_is_stalled() {
+        let (e, _metrics) = endpoint();
+        let long_ago = Instant::now() - Duration::from_secs(61);
+        let stuck = e.progress.begin(long_ago);
+        let (status, body) = get(router(e.clone()), "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("running for 61s"), "{body}");
+        drop(stuck);
+        assert_eq!(
+            get(router(e), "/healthz").await,
+            (StatusCode::OK, "ok".into())
+        );
     }
 }

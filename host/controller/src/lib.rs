@@ -11,12 +11,14 @@ pub mod error;
 pub mod execute;
 pub mod http;
 pub mod metrics;
+pub mod progress;
 pub mod recent;
 pub mod reconcile;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -34,6 +36,9 @@ use tfjob_planner::{PodPolicies, Settings};
 pub use context::Context;
 pub use error::Error;
 
+/// The default of [`Config::stall_after`]: far above any reconcile's API calls under load.
+pub const STALL_AFTER: Duration = Duration::from_secs(300);
+
 /// How the controller runs.
 pub struct Config {
     /// Watch one namespace, or all.
@@ -42,6 +47,8 @@ pub struct Config {
     pub threads: u16,
     /// Address of `/metrics`, `/healthz`, `/readyz`; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
+    /// `/healthz` fails while a reconcile has been running longer than this.
+    pub stall_after: Duration,
     pub settings: Settings,
     pub policies: Arc<dyn PodPolicies>,
     /// Name of this operator instance in events (e.g. the pod name).
@@ -105,6 +112,8 @@ pub async fn run(
             let endpoint = http::Endpoint {
                 registry: Arc::new(registry),
                 ready: Arc::clone(&ready),
+                progress: Arc::clone(&ctx.progress),
+                stall_after: config.stall_after,
             };
             let listener_shutdown = shutdown.clone();
             Some(tokio::spawn(http::serve(addr, endpoint, listener_shutdown)))

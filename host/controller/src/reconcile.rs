@@ -2,13 +2,14 @@
 //! off the async worker threads, execute the plan; and the error policy with per-job backoff.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::core::error_boundary::{DeserializeGuard, InvalidObject};
 use kube::runtime::controller::Action;
 use tfjob_api::TFJob;
+use tfjob_planner::call_watch::CallWatch;
 use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
 
 use crate::context::Context;
@@ -21,6 +22,7 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let started = Instant::now();
+    let _running = ctx.progress.begin(started);
     ctx.metrics.reconcile_started();
     let result = match &guard.0 {
         Ok(job) => reconcile_job(job, &ctx).await,
@@ -41,11 +43,13 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
     let now = jiff::Timestamp::now();
 
     // Policies may block (a Wasm guest runs inside them), so the planner runs on the blocking
-    // pool, never on the executor's worker threads.
+    // pool, never on the executor's worker threads, and the reconcile stops waiting on a
+    // policy call that outlives its bound.
     let planned = {
         let ctx = Arc::clone(ctx);
         let job = job.clone();
-        tokio::task::spawn_blocking(move || {
+        let bound = ctx.policies.call_bound();
+        run_watched(bound, move || {
             // One policy snapshot for the whole plan: a swap lands between reconciles.
             let pinned = ctx.policies.pinned();
             plan(&PlanInput {
@@ -58,10 +62,11 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
             })
         })
         .await
-        .map_err(|e| Error::PlannerTask(e.to_string()))?
     };
-    let plan = match planned {
+    // A policy that could not decide (or did not return in time) is reported on the job.
+    let plan = match planned.and_then(|p| p.map_err(Error::from)) {
         Ok(p) => p,
+        Err(e @ Error::PlannerTask(_)) => return Err(e),
         Err(e) => {
             let event = JobEvent::new(
                 EventType::Warning,
@@ -70,7 +75,7 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
                 None,
             );
             ctx.publish(&job_reference(job), &event).await;
-            return Err(e.into());
+            return Err(e);
         }
     };
     if let Some(skip) = &plan.skip {
@@ -89,6 +94,37 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
         }
     }
 }
+
+/// Runs `work` on the blocking pool with a [`CallWatch`] attached, and stops waiting when a
+/// policy call inside it has run longer than `bound` (the thread is left to finish; see
+/// [`tfjob_planner::call_watch`]). Without a bound it simply waits.
+async fn run_watched<R: Send + 'static>(
+    bound: Option<Duration>,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, Error> {
+    let watch = CallWatch::new();
+    let mut task = {
+        let watch = watch.clone();
+        tokio::task::spawn_blocking(move || watch.attach(work))
+    };
+    let Some(bound) = bound else {
+        return task.await.map_err(|e| Error::PlannerTask(e.to_string()));
+    };
+    let mut check = tokio::time::interval(WATCH_INTERVAL.min(bound));
+    loop {
+        tokio::select! {
+            done = &mut task => return done.map_err(|e| Error::PlannerTask(e.to_string())),
+            _ = check.tick() => {
+                if let Some(running) = watch.overdue(bound) {
+                    return Err(Error::PolicyStuck { running, bound });
+                }
+            }
+        }
+    }
+}
+
+/// How often a waiting reconcile looks at the policy call in progress.
+const WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Error policy: log, count by category and retry the job with exponential backoff.
 pub fn error_policy(

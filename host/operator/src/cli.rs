@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// milliseconds (conditions, times and restarts are written at once); 0 writes every change.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub status_batch_ms: u64,
+    /// /healthz fails while a reconcile has been running longer than this many seconds, so a
+    /// wedged operator is restarted by its liveness probe.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub healthz_stall_seconds: u64,
     #[command(flatten)]
     pub policies: crate::policy_setup::PolicyArgs,
     #[command(flatten)]

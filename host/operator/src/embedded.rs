@@ -6,6 +6,7 @@
 //! is what the tests check. The operator can be stopped and started again while the cluster
 //! keeps running, which is how the operator-restart tests cut it off mid-job.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct ClusterOptions {
     pub policies: Arc<Policies>,
     /// Namespaces whose labelled ConfigMaps are policies (empty: none).
     pub policy_namespaces: Vec<String>,
+    /// Policy namespaces that reach the whole cluster besides `tfjob-system`.
+    pub cluster_policy_namespaces: BTreeSet<String>,
     /// Start the operator with the cluster (off for benchmarks that run it as its own process).
     pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
@@ -55,6 +58,7 @@ impl ClusterOptions {
             threads: 4,
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
+            cluster_policy_namespaces: BTreeSet::new(),
             run_operator: true,
             faults: FaultConfig::default(),
         }
@@ -100,6 +104,7 @@ pub struct EmbeddedCluster {
     threads: u16,
     policies: Arc<Policies>,
     policy_namespaces: Vec<String>,
+    cluster_policy_namespaces: BTreeSet<String>,
 }
 
 impl EmbeddedCluster {
@@ -148,6 +153,7 @@ impl EmbeddedCluster {
             threads: options.threads,
             policies: options.policies,
             policy_namespaces: options.policy_namespaces,
+            cluster_policy_namespaces: options.cluster_policy_namespaces,
         };
         if options.run_operator {
             cluster.start_operator();
@@ -206,6 +212,7 @@ impl EmbeddedCluster {
             threads: self.threads,
             instance: Some("embedded".into()),
             policy_namespaces: self.policy_namespaces.clone(),
+            cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),
             ..OperatorConfig::default()
         };
         let client = self.client.clone();

@@ -6,6 +6,7 @@
 //! policy was meant to replace them. `tfjob-operator run` and the embedded cluster both start
 //! the operator through [`run`].
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,15 @@ pub struct OperatorConfig {
     /// Namespaces whose `policy.tfjob.dev/policy=true` ConfigMaps are policies; empty turns
     /// ConfigMap policies off.
     pub policy_namespaces: Vec<String>,
+    /// Policy namespaces whose ConfigMaps may reach jobs of every namespace and replace the
+    /// built-in policies; the operator's own namespace always is one.
+    pub cluster_policy_namespaces: BTreeSet<String>,
+    /// Policy ConfigMaps loaded per namespace at most [default:
+    /// `tfjob_policy_sync::watch::MAX_PER_NAMESPACE`].
+    pub max_policies_per_namespace: Option<usize>,
+    /// `/healthz` fails while a reconcile runs longer than this [default:
+    /// `tfjob_controller::STALL_AFTER`].
+    pub stall_after: Option<Duration>,
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -74,6 +84,16 @@ pub async fn run(
                 namespaces: config.policy_namespaces.clone(),
                 defaults: policies.builtin.clone(),
                 instance: config.instance.clone(),
+                cluster_namespaces: config
+                    .cluster_policy_namespaces
+                    .iter()
+                    .cloned()
+                    .chain([default_policy_namespace()])
+                    .collect(),
+                max_per_namespace: config
+                    .max_policies_per_namespace
+                    .unwrap_or(tfjob_policy_sync::watch::MAX_PER_NAMESPACE),
+                load_bound: tfjob_policy_sync::watch::LOAD_BOUND,
             },
             SyncMetrics::register(&mut metrics),
         );
@@ -116,6 +136,7 @@ pub async fn run(
         namespace: config.namespace,
         threads: config.threads,
         metrics_addr: config.metrics_addr,
+        stall_after: config.stall_after.unwrap_or(tfjob_controller::STALL_AFTER),
         settings: config.settings,
         policies: Arc::new(seam),
         instance: config.instance,

@@ -17,9 +17,11 @@ use kube::api::{Api, ListParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tfjob_planner::PodContext;
+use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::configmap::{self, LoadError, PolicyStatus};
 use tfjob_policy_engine::guard::{self, AllowedPaths};
 use tfjob_policy_engine::policies::{job_context, verdict_from};
+use tfjob_policy_engine::verdict_guard;
 use tfjob_policy_engine::{
     CompiledPolicy, FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits,
     defaults,
@@ -78,9 +80,17 @@ pub struct PackArgs {
     #[arg(long, default_value = "tfjob-system", value_name = "NS")]
     pub namespace: String,
     /// A path the policy may change beyond the default ones (repeatable), e.g.
-    /// `spec.volumes[*].hostPath`.
+    /// `spec.runtimeClassName`.
     #[arg(long = "allowed-path", value_name = "PATH")]
     pub allowed_paths: Vec<String>,
+    /// A capability the policy needs (repeatable): secrets, service-account-tokens or
+    /// external-volumes. The operator grants it only if its ceiling allows it.
+    #[arg(long = "capability", value_name = "NAME", value_parser = capabilities::NAMES)]
+    pub capabilities: Vec<String>,
+    /// A host path prefix the policy may mount read-only (repeatable) [default: for a default
+    /// policy, the paths its settings use].
+    #[arg(long = "host-path", value_name = "PREFIX")]
+    pub host_paths: Vec<String>,
     /// The policy's deadline per call, at most the operator's (50).
     #[arg(long, value_name = "MS")]
     pub deadline_ms: Option<u64>,
@@ -145,6 +155,13 @@ pub struct TestArgs {
     /// The container whose resources the `resources` hook overrides [default: the first].
     #[arg(long, value_name = "NAME")]
     pub container: Option<String>,
+    /// The policy's manifest (`policy.yaml`, as in its ConfigMap): its allowed paths,
+    /// capabilities and settings apply, checked against the ceiling below.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// The operator's ceiling to test under (as `run` takes it).
+    #[command(flatten)]
+    pub ceiling: crate::policy_setup::CeilingArgs,
 }
 
 pub fn main(cmd: PolicyCommand) -> ExitCode {
@@ -285,8 +302,20 @@ fn context(path: Option<&Path>) -> anyhow::Result<PodContext> {
 
 fn test(args: &TestArgs) -> anyhow::Result<Value> {
     let hook: Hook = args.hook.parse().map_err(|e: String| anyhow!(e))?;
-    let (bytes, name, manifest) = policy_bytes(&args.policy, hook)?;
-    let engine = engine()?;
+    let (bytes, name, mut manifest) = policy_bytes(&args.policy, hook)?;
+    let is_default = manifest.is_some();
+    if let Some(path) = &args.manifest {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--manifest: reading {}", path.display()))?;
+        manifest = Some(
+            PolicyManifest::from_yaml(&text, &name)
+                .map_err(|e| anyhow!("--manifest {}: {e}", path.display()))?,
+        );
+    }
+    let engine = PolicyEngine::new(SandboxLimits {
+        ceiling: args.ceiling.ceiling()?,
+        ..SandboxLimits::default()
+    })?;
     let policy = engine
         .compile(&bytes)
         .map_err(|e| anyhow!("--policy {}: {e}", args.policy))?;
@@ -294,12 +323,18 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
         (None, Some(m)) => m.settings.to_string(),
         (arg, _) => settings_text(arg.as_deref())?,
     };
-    let allowed = AllowedPaths::with_extra(
-        manifest
-            .iter()
-            .flat_map(|m| m.allowed_paths.iter().map(String::as_str)),
-    )
-    .map_err(|e| anyhow!("allowed paths of {name}: {e}"))?;
+    // A default policy with other settings declares what those settings use, as the operator
+    // does for --policy-config.
+    if let (Some(m), true, None) = (&mut manifest, is_default, &args.manifest)
+        && args.settings.is_some()
+    {
+        m.capabilities = defaults::capabilities_used(&serde_json::from_str(&settings)?);
+    }
+    let allowed = match &manifest {
+        Some(m) => m.validate(&engine.limits().ceiling),
+        None => Ok(AllowedPaths::default()),
+    }
+    .map_err(|e| anyhow!("manifest of {name}: {e}"))?;
     engine
         .validate_settings(&policy, &name, &settings)
         .map_err(|e| anyhow!("--settings rejected by {name}: {e}"))?;
@@ -335,6 +370,7 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
             let v =
                 engine.classify(&policy, &name, &ctx, &settings, &pod_json, &now.to_string())?;
             let v = verdict_from(v, &name)?;
+            verdict_guard::check(&pod, &v).map_err(|e| anyhow!("invalid-output: {e}"))?;
             let mut out = json!({"phase": v.phase, "reason": v.reason, "message": v.message});
             if let Some(kind) = v.kind.filter(|_| v.phase.is_failure()) {
                 out["kind"] = json!(kind);
@@ -437,6 +473,18 @@ fn pack(args: &PackArgs) -> anyhow::Result<String> {
         (None, Some(d)) => defaults::default_settings(d),
         (None, None) => json!({}),
     };
+    let mut declared = match default {
+        Some(_) if args.host_paths.is_empty() => defaults::capabilities_used(&settings),
+        _ => Capabilities {
+            host_paths: args.host_paths.clone(),
+            ..Capabilities::default()
+        },
+    };
+    for name in &args.capabilities {
+        declared
+            .allow(name)
+            .map_err(|e| anyhow!("--capability: {e}"))?;
+    }
     let manifest = PolicyManifest {
         name: args.name.clone(),
         hooks: args.hooks.clone(),
@@ -451,6 +499,7 @@ fn pack(args: &PackArgs) -> anyhow::Result<String> {
         },
         settings,
         allowed_paths: args.allowed_paths.clone(),
+        capabilities: declared,
         deadline_ms: args.deadline_ms,
         memory_mib: args.memory_mib,
         ..PolicyManifest::default()
@@ -461,7 +510,13 @@ fn pack(args: &PackArgs) -> anyhow::Result<String> {
             _ => anyhow!("{}: {e}", args.wasm),
         }
     })?;
-    configmap::load(&engine()?, &cm).map_err(|e| {
+    // The capabilities are checked against the cluster's ceiling when the operator loads the
+    // ConfigMap; here everything the manifest can declare is allowed.
+    let engine = PolicyEngine::new(SandboxLimits {
+        ceiling: Capabilities::everything(),
+        ..SandboxLimits::default()
+    })?;
+    configmap::load(&engine, &cm).map_err(|e| {
         let hint = match &e {
             LoadError::Size { .. } if !args.gzip && wasm.len() <= configmap::MAX_WASM_BYTES => {
                 "; pack it with --gzip"
@@ -503,6 +558,8 @@ fn list(args: &ListArgs) -> anyhow::Result<String> {
             "CONFIGMAP",
             "HOOKS",
             "MODE",
+            "SCOPE",
+            "GRANTED",
             "STATE",
             "DIGEST",
             "LOADED-AT",
@@ -535,7 +592,7 @@ async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMa
 /// One line of `policy list`. The manifest gives name, hooks and mode (`-` where it does not
 /// parse); the status annotation gives the rest, `Unknown` when the operator has not written
 /// one yet.
-fn row(cm: &ConfigMap) -> [String; 9] {
+fn row(cm: &ConfigMap) -> [String; 11] {
     let dash = || "-".to_owned();
     let cm_name = cm.metadata.name.clone().unwrap_or_default();
     let manifest = cm
@@ -559,9 +616,11 @@ fn row(cm: &ConfigMap) -> [String; 9] {
         }
         None => (dash(), dash(), dash()),
     };
-    let (state, digest, loaded_at, error) = match PolicyStatus::of(cm) {
-        None => ("Unknown".to_owned(), dash(), dash(), dash()),
+    let (scope, granted, state, digest, loaded_at, error) = match PolicyStatus::of(cm) {
+        None => (dash(), dash(), "Unknown".to_owned(), dash(), dash(), dash()),
         Some(Err(e)) => (
+            dash(),
+            dash(),
             "Unknown".to_owned(),
             dash(),
             dash(),
@@ -571,6 +630,11 @@ fn row(cm: &ConfigMap) -> [String; 9] {
             ),
         ),
         Some(Ok(status)) => (
+            status.scope.clone().unwrap_or_else(dash),
+            status
+                .granted
+                .as_ref()
+                .map_or_else(dash, Capabilities::summary),
             status.state.as_str().to_owned(),
             status
                 .digest
@@ -589,6 +653,8 @@ fn row(cm: &ConfigMap) -> [String; 9] {
         cm_name,
         hooks,
         mode,
+        scope,
+        granted,
         state,
         digest,
         loaded_at,
@@ -597,8 +663,8 @@ fn row(cm: &ConfigMap) -> [String; 9] {
 }
 
 /// Left-aligned columns three spaces apart, as kubectl prints them; the last column unpadded.
-fn table(rows: &[[String; 9]]) -> String {
-    let mut widths = [0usize; 9];
+fn table(rows: &[[String; 11]]) -> String {
+    let mut widths = [0usize; 11];
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());

@@ -4,10 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, anyhow};
 use clap::Args;
 use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
+use tfjob_policy_engine::capabilities::{self, Capabilities};
+use tfjob_policy_engine::config::default_ceiling;
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
 use tfjob_policy_engine::{
     ActivePolicy, PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
@@ -22,6 +24,44 @@ pub struct PolicyArgs {
     /// YAML file overriding the default policies' settings, failure policy or order.
     #[arg(long, value_name = "FILE")]
     pub policy_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub ceiling: CeilingArgs,
+}
+
+/// The most any policy may be granted (see `tfjob_policy_engine::capabilities`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct CeilingArgs {
+    /// A capability policies may be granted when their manifest declares it (repeatable):
+    /// secrets, service-account-tokens, external-volumes [default: none].
+    #[arg(long = "policy-allow", value_name = "CAPABILITY", value_parser = capabilities::NAMES)]
+    pub policy_allow: Vec<String>,
+    /// A host path prefix under which policies may mount host directories read-only when their
+    /// manifest declares it (repeatable) [default: /home/kubernetes/bin/nvidia].
+    #[arg(long = "policy-allow-host-path", value_name = "PREFIX")]
+    pub policy_allow_host_paths: Vec<String>,
+}
+
+impl CeilingArgs {
+    /// The ceiling from `--policy-allow` and `--policy-allow-host-path`.
+    pub fn ceiling(&self) -> anyhow::Result<Capabilities> {
+        let mut ceiling = if self.policy_allow_host_paths.is_empty() {
+            default_ceiling()
+        } else {
+            Capabilities {
+                host_paths: self.policy_allow_host_paths.clone(),
+                ..Capabilities::default()
+            }
+        };
+        for name in &self.policy_allow {
+            ceiling
+                .allow(name)
+                .map_err(|e| anyhow!("--policy-allow: {e}"))?;
+        }
+        ceiling
+            .validate()
+            .map_err(|(_, e)| anyhow!("--policy-allow-host-path: {e}"))?;
+        Ok(ceiling)
+    }
 }
 
 /// Where ConfigMap policies come from.
@@ -34,6 +74,15 @@ pub struct PolicySourceArgs {
     /// Take no policies from ConfigMaps.
     #[arg(long, conflicts_with = "policy_namespaces")]
     pub no_configmap_policies: bool,
+    /// A policy namespace whose ConfigMaps may select jobs in every namespace and replace the
+    /// built-in policies (repeatable); the operator's own namespace always may. Policies from
+    /// the other policy namespaces apply to jobs of their own namespace only.
+    #[arg(long = "policy-cluster-namespace", value_name = "NS")]
+    pub cluster_namespaces: Vec<String>,
+    /// Policy ConfigMaps loaded per policy namespace at most; the newest beyond it are
+    /// `Rejected` with the reason.
+    #[arg(long = "policy-max-per-namespace", value_name = "N", default_value_t = tfjob_policy_sync::watch::MAX_PER_NAMESPACE)]
+    pub max_per_namespace: usize,
 }
 
 impl PolicySourceArgs {
@@ -46,6 +95,12 @@ impl PolicySourceArgs {
         } else {
             self.policy_namespaces.clone()
         }
+    }
+
+    /// The policy namespaces marked cluster-wide (the operator's own is added when the
+    /// operator starts).
+    pub fn cluster_namespaces(&self) -> std::collections::BTreeSet<String> {
+        self.cluster_namespaces.iter().cloned().collect()
     }
 }
 
@@ -62,6 +117,10 @@ impl Policies {
     /// Loads the defaults and the configured policies. Any failure is reported with the file
     /// and field; nothing is half-loaded.
     pub fn load(args: &PolicyArgs, limits: SandboxLimits) -> anyhow::Result<Policies> {
+        let limits = SandboxLimits {
+            ceiling: args.ceiling.ceiling()?,
+            ..limits
+        };
         let engine = Arc::new(PolicyEngine::new(limits)?);
         let config = match &args.policy_config {
             Some(path) => load_policy_config(path)?,

@@ -38,6 +38,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         instance: std::env::var("POD_NAME").ok(),
         policy_namespaces: args.policy_namespaces(),
+        cluster_policy_namespaces: args.sources.cluster_namespaces(),
+        max_policies_per_namespace: Some(args.sources.max_per_namespace),
+        stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await

@@ -92,6 +92,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         threads: args.threads,
         policies: Arc::new(policies),
         policy_namespaces: args.sources.namespaces(),
+        cluster_policy_namespaces: args.sources.cluster_namespaces(),
         run_operator: true,
         faults,
     })

@@ -318,21 +318,27 @@ fn the_default_decoration_runs_as_the_operator_runs_it() {
     );
     assert_eq!(
         out["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true}])
     );
     assert!(out["spec"]["containers"][1].get("volumeMounts").is_none());
     assert_eq!(
         out["spec"]["tolerations"],
         json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
     );
-    // Settings given replace them, and the default may still add host path volumes.
+    // Settings given replace them; the default declares the host paths they use, which the
+    // operator's ceiling must allow, as `run` would need `--policy-allow-host-path`.
+    let cuda = r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#;
+    let err = failure(&refs(&policy_test(
+        "decorate",
+        "worker.yaml",
+        &["--settings", cuda],
+    )));
+    assert!(err.contains("capabilities.hostPaths[0]"), "{err}");
+    assert!(err.contains("/opt/cuda"), "{err}");
     let out = success(&refs(&policy_test(
         "decorate",
         "worker.yaml",
-        &[
-            "--settings",
-            r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#,
-        ],
+        &["--settings", cuda, "--policy-allow-host-path", "/opt"],
     )));
     assert_eq!(
         out["spec"]["volumes"],
@@ -368,7 +374,33 @@ fn the_default_decoration_runs_as_the_operator_runs_it() {
         r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#,
     ]);
     assert!(err.contains("guard-violation"), "{err}");
-    assert!(err.contains("spec.volumes[cuda].hostPath"), "{err}");
+    assert!(err.contains("spec.volumes[0].hostPath"), "{err}");
+    // Its manifest declares the host path, and the ceiling allows it.
+    let manifest = write(
+        dir.path(),
+        "policy.yaml",
+        b"hooks: [decorate]\ncapabilities: {hostPaths: [/opt/cuda]}\n",
+    );
+    let out = success(&[
+        "policy",
+        "test",
+        "--policy",
+        &file,
+        "--hook",
+        "decorate",
+        "--input",
+        &pod("worker.yaml"),
+        "--settings",
+        r#"{"accelerators": {"gpu": {"volumes": [{"name": "cuda", "hostPath": "/opt/cuda", "mountPath": "/usr/local/cuda"}]}}}"#,
+        "--manifest",
+        &manifest,
+        "--policy-allow-host-path",
+        "/opt/cuda",
+    ]);
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([{"name": "cuda", "hostPath": {"path": "/opt/cuda"}}])
+    );
 }
 
 #[test]
@@ -528,6 +560,53 @@ fn a_hostile_policy_is_stopped_by_the_sandbox_and_the_guard() {
 
     let err = failure(&refs(&hostile_test("decorate", r#"{"mode":"teleport"}"#)));
     assert!(err.contains("--settings rejected by hostile"), "{err}");
+
+    // A guest blocked in WASI (sleep, poll) is stopped at its deadline: the command ends at
+    // once with the reason, instead of after the hour the guest asked for.
+    for mode in ["sleep", "poll"] {
+        for hook in ["decorate", "resources", "classify"] {
+            let started = std::time::Instant::now();
+            let err = failure(&refs(&hostile_test(
+                hook,
+                &format!(r#"{{"mode":"{mode}"}}"#),
+            )));
+            assert!(err.contains("timeout"), "{mode} {hook}: {err}");
+            assert!(
+                err.contains("may not block past its deadline"),
+                "{mode} {hook}: {err}"
+            );
+            // Process start and compilation included; the guest alone would take an hour.
+            assert!(started.elapsed() < Duration::from_secs(60), "{mode} {hook}");
+        }
+    }
+    let err = failure(&refs(&hostile_test(
+        "decorate",
+        r#"{"mode":"sleep-in-settings"}"#,
+    )));
+    assert!(err.contains("--settings rejected by hostile"), "{err}");
+    assert!(err.contains("timeout"), "{err}");
+
+    // The operator's own fields, whatever the policy: the replica index label.
+    let err = failure(&refs(&hostile_test(
+        "decorate",
+        r#"{"mode":"edit","path":"/metadata/labels/training.kubeflow.org~1replica-index","value":"9"}"#,
+    )));
+    assert!(err.contains("guard-violation"), "{err}");
+    assert!(
+        err.contains("metadata.labels[training.kubeflow.org/replica-index]"),
+        "{err}"
+    );
+
+    // A verdict that contradicts the pod.
+    let running = pod("running.yaml");
+    let mut args = hostile_test("classify", r#"{"mode":"verdict","phase":"succeeded"}"#);
+    args[7] = running;
+    let err = failure(&refs(&args));
+    assert!(err.contains("invalid-output"), "{err}");
+    assert!(
+        err.contains("verdict succeeded contradicts the pod"),
+        "{err}"
+    );
 
     // Well-behaved, the same module runs.
     let out = success(&refs(&hostile_test("decorate", r#"{"mode":"ok"}"#)));

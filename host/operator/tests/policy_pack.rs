@@ -148,11 +148,22 @@ fn pack_writes_every_flag_into_the_manifest() {
             "16",
             "--allowed-path",
             "spec.runtimeClassName",
-            "--allowed-path",
-            "spec.volumes[*].hostPath",
+            "--host-path",
+            "/home/kubernetes/bin/nvidia/lib64",
+            "--capability",
+            "secrets",
         ]));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("ml"));
-        let active = configmap::load(&engine(), &cm).unwrap();
+        // Under the default ceiling the declared capability is refused, naming the field; an
+        // operator started with --policy-allow secrets loads it.
+        let refused = configmap::load(&engine(), &cm).unwrap_err().to_string();
+        assert!(refused.contains("capabilities.secrets"), "{refused}");
+        let permissive = PolicyEngine::new(SandboxLimits {
+            ceiling: tfjob_policy_engine::capabilities::Capabilities::everything(),
+            ..SandboxLimits::default()
+        })
+        .unwrap();
+        let active = configmap::load(&permissive, &cm).unwrap();
         let m = &active.manifest;
         assert_eq!(m.name, "caps");
         assert_eq!(m.order, -5);
@@ -160,9 +171,15 @@ fn pack_writes_every_flag_into_the_manifest() {
         assert_eq!(m.mode, PolicyMode::Shadow);
         assert_eq!(m.settings, json!({"limits": {"cpu": "8"}}), "{file}");
         assert_eq!((m.deadline_ms, m.memory_mib), (Some(20), Some(16)));
+        assert_eq!(m.allowed_paths, vec!["spec.runtimeClassName"]);
         assert_eq!(
-            m.allowed_paths,
-            vec!["spec.runtimeClassName", "spec.volumes[*].hostPath"]
+            m.capabilities.host_paths,
+            vec!["/home/kubernetes/bin/nvidia/lib64"]
+        );
+        assert!(m.capabilities.secrets);
+        assert_eq!(
+            active.allowed.grants().host_paths,
+            vec!["/home/kubernetes/bin/nvidia/lib64"]
         );
         assert_eq!(active.limits.deadline, Duration::from_millis(20));
         assert_eq!(active.limits.memory, 16 << 20);
@@ -286,6 +303,21 @@ fn pack_refuses_what_the_operator_would_reject() {
     ));
     assert!(err.contains("allowedPaths"), "{err}");
     assert!(err.contains("spec.containers[*].image"), "{err}");
+    // Host path volumes are a capability, not a path; prefixes must be absolute.
+    let err = refuse(pack(
+        "default:default-decorate",
+        "d",
+        "decorate",
+        &["--allowed-path", "spec.volumes[*].hostPath"],
+    ));
+    assert!(err.contains("capabilities.hostPaths"), "{err}");
+    let err = refuse(pack(
+        "default:default-decorate",
+        "d",
+        "decorate",
+        &["--host-path", "usr/lib"],
+    ));
+    assert!(err.contains("capabilities.hostPaths[0]"), "{err}");
 
     // A name that makes no ConfigMap name.
     let err = refuse(pack(
@@ -549,6 +581,8 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "CONFIGMAP",
             "HOOKS",
             "MODE",
+            "SCOPE",
+            "GRANTED",
             "STATE",
             "DIGEST",
             "LOADED-AT",
@@ -565,6 +599,8 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "tfjob-policy-broken",
             "1 (resources)",
             "Enforce",
+            "-",
+            "-",
             "Unknown",
             "-",
             "-",
@@ -580,6 +616,8 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "tfjob-policy-default-classify",
             "1 (classify)",
             "Enforce",
+            "-",
+            "-",
             "Active",
             &sha256(classify.wasm)[..12],
             "2026-01-02T03:04:05Z",
@@ -595,6 +633,8 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "tfjob-policy-gpu",
             "1 (decorate)",
             "Enforce",
+            "-",
+            "-",
             "Rejected",
             "-",
             "2026-01-02T03:04:05Z",
@@ -625,6 +665,8 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "tfjob-policy-canary",
             "1 (classify)",
             "Shadow",
+            "-",
+            "-",
             "Unknown",
             "-",
             "-",

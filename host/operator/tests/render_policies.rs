@@ -88,7 +88,7 @@ fn gpu_pods_get_the_default_policies_decisions() {
     );
     assert_eq!(
         worker["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true}])
     );
     assert_eq!(
         worker["spec"]["containers"][0]["resources"],

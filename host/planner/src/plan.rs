@@ -1056,11 +1056,7 @@ fn verdict_detail(pod: &Pod, verdict: &Verdict) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     if message.len() > MAX_DETAIL {
-        let mut cut = MAX_DETAIL;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
+        tfjob_api::text::truncate(&mut message, MAX_DETAIL);
         message.push('…');
     }
     format!(

@@ -191,4 +191,10 @@ pub trait PodPolicies: Send + Sync {
     ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
         Ok((self.classify(ctx, pod, now)?, Vec::new()))
     }
+
+    /// How long one call into these policies may run before a caller waiting on it gives up
+    /// (see [`crate::call_watch`]). `None` for policies that cannot block.
+    fn call_bound(&self) -> Option<std::time::Duration> {
+        None
+    }
 }

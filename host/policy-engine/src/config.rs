@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::capabilities::Capabilities;
+
 /// Per-evaluation limits and engine sizing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxLimits {
@@ -9,6 +11,8 @@ pub struct SandboxLimits {
     pub deadline: Duration,
     /// Linear memory a guest may hold in total, across its memories.
     pub memory: usize,
+    /// Linear memory all evaluations running at once may hold together.
+    pub memory_budget: usize,
     /// Largest JSON input (pod, settings) handed to a guest.
     pub max_input: usize,
     /// Largest output (decorated pod, resources, verdict text) accepted from a guest.
@@ -19,6 +23,8 @@ pub struct SandboxLimits {
     pub max_module: usize,
     /// Evaluations that may run at once (sizes the pooling allocator).
     pub concurrency: u32,
+    /// The most any policy may be granted (see [`crate::capabilities`]).
+    pub ceiling: Capabilities,
 }
 
 impl Default for SandboxLimits {
@@ -26,12 +32,25 @@ impl Default for SandboxLimits {
         SandboxLimits {
             deadline: Duration::from_millis(50),
             memory: 64 << 20,
+            // With the 512 MiB limit of deploy/operator: 256 MiB for guests, the rest for the
+            // operator's caches and copies of inputs and outputs.
+            memory_budget: 256 << 20,
             max_input: 1 << 20,
             max_output: 1 << 20,
             max_log: 16 << 10,
             max_module: 4 << 20,
             concurrency: 16,
+            ceiling: default_ceiling(),
         }
+    }
+}
+
+/// The ceiling when the operator configures none: host paths under the NVIDIA driver
+/// directory the default decoration mounts, nothing else.
+pub fn default_ceiling() -> Capabilities {
+    Capabilities {
+        host_paths: vec![crate::defaults::NVIDIA_DRIVER_HOST_PATH.to_owned()],
+        ..Capabilities::default()
     }
 }
 
@@ -58,6 +77,14 @@ pub struct LimitError {
 }
 
 impl SandboxLimits {
+    /// How long a caller waits on one policy call before giving up on it: twice the deadline
+    /// (instantiation and copying the input and output are outside the guest's clock) plus a
+    /// second for a loaded machine's scheduling. The sandbox ends every call within its
+    /// deadline; this bound is the backstop if it ever did not.
+    pub fn call_bound(&self) -> Duration {
+        self.deadline * 2 + Duration::from_secs(1)
+    }
+
     /// The limits of a call of a policy that sets none of its own.
     pub fn call_limits(&self) -> CallLimits {
         CallLimits {

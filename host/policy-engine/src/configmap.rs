@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::capabilities::Capabilities;
 use crate::config::LimitError;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::EvalError;
@@ -138,7 +139,7 @@ pub fn read_manifest(cm: &ConfigMap) -> Option<PolicyManifest> {
     let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
     let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
     let manifest = PolicyManifest::from_yaml(text, default_name).ok()?;
-    manifest.validate().ok()?;
+    manifest.validate(&Capabilities::everything()).ok()?;
     Some(manifest)
 }
 
@@ -195,7 +196,10 @@ pub fn read_configmap(cm: &ConfigMap) -> Result<PolicySource, LoadError> {
     let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
     let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
     let manifest = PolicyManifest::from_yaml(text, default_name).map_err(LoadError::Manifest)?;
-    manifest.validate().map_err(LoadError::Manifest)?;
+    // The operator's ceiling is checked at activation; here only the manifest's shape.
+    manifest
+        .validate(&Capabilities::everything())
+        .map_err(LoadError::Manifest)?;
 
     let digest = hex::encode(Sha256::digest(&wasm));
     if let Some(expected) = &manifest.sha256
@@ -396,6 +400,12 @@ pub struct PolicyStatus {
     /// The ConfigMap's `metadata.resourceVersion` this status is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// Where the policy may act: `cluster`, or `namespace:<ns>` for that namespace's jobs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// What the serving version was granted beyond plain decoration (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted: Option<Capabilities>,
 }
 
 impl PolicyStatus {
@@ -407,6 +417,8 @@ impl PolicyStatus {
             loaded_at: Some(at.to_string()),
             error: None,
             resource_version: None,
+            scope: None,
+            granted: None,
         }
     }
 
@@ -418,6 +430,8 @@ impl PolicyStatus {
             loaded_at: Some(at.to_string()),
             error: Some(error.to_string()),
             resource_version: None,
+            scope: None,
+            granted: None,
         }
     }
 
@@ -431,6 +445,8 @@ impl PolicyStatus {
                 "superseded by {winner}, which has the same policy name"
             )),
             resource_version: None,
+            scope: None,
+            granted: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! `--policy-config` file overrides their settings, failure policy and order; a configured
 //! policy with a default's name replaces that default.
 
+use crate::capabilities::Capabilities;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::local::PolicyConfig;
@@ -92,18 +93,36 @@ pub fn default_settings(d: &DefaultPolicy) -> serde_json::Value {
 }
 
 /// The default manifest of `d`: its own hook, order 0, failure policy `Fail`, the default
-/// settings; the decoration policy may add host path volumes (for accelerator drivers).
+/// settings and exactly the capabilities those settings use.
 pub fn manifest(d: &DefaultPolicy) -> PolicyManifest {
-    let allowed_paths = match d.hook {
-        Hook::Decorate => vec![crate::guard::HOST_PATH.to_owned()],
-        Hook::Resources | Hook::Classify => Vec::new(),
-    };
+    let settings = default_settings(d);
     PolicyManifest {
         name: d.name.to_owned(),
         hooks: vec![d.hook],
-        settings: default_settings(d),
-        allowed_paths,
+        capabilities: capabilities_used(&settings),
+        settings,
         ..PolicyManifest::default()
+    }
+}
+
+/// What the default decoration needs for `settings`: the host paths of its accelerator volumes
+/// (read-only mounts of driver directories), nothing else. The other defaults need nothing.
+pub fn capabilities_used(settings: &serde_json::Value) -> Capabilities {
+    let mut host_paths: Vec<String> = settings
+        .get("accelerators")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flat_map(|accelerators| accelerators.values())
+        .filter_map(|a| a.get("volumes").and_then(serde_json::Value::as_array))
+        .flatten()
+        .filter_map(|v| v.get("hostPath").and_then(serde_json::Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    host_paths.sort();
+    host_paths.dedup();
+    Capabilities {
+        host_paths,
+        ..Capabilities::default()
     }
 }
 
@@ -130,6 +149,7 @@ pub fn load_defaults(
             if let Some(o) = config.get(d.name) {
                 if let Some(settings) = &o.settings {
                     m.settings = settings.clone();
+                    m.capabilities = capabilities_used(settings);
                 }
                 if let Some(fp) = o.failure_policy {
                     m.failure_policy = fp;

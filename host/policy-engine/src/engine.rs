@@ -15,10 +15,13 @@ use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
 };
 
+use tfjob_api::text;
+
 use crate::bindings::{self, classify, decorate, resources, settings};
+use crate::clock::WaitPastDeadline;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{MemoryBudget, Sandbox};
 
 /// A policy hook.
 #[derive(
@@ -128,6 +131,8 @@ pub struct PolicyEngine {
     engine: Engine,
     linker: Linker<Sandbox>,
     limits: SandboxLimits,
+    /// The memory all evaluations hold together.
+    budget: MemoryBudget,
     /// Compiled components by digest; each slot is locked while its digest compiles.
     compiled: Mutex<HashMap<String, CompileSlot>>,
     stop: Arc<AtomicBool>,
@@ -151,6 +156,7 @@ impl PolicyEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| EngineSetupError(e.to_string()))?;
+        crate::clock::bound_timers(&mut linker).map_err(|e| EngineSetupError(e.to_string()))?;
         bindings::tfjob::policy::log::add_to_linker::<Sandbox, HasSelf<Sandbox>>(
             &mut linker,
             |s| s,
@@ -174,6 +180,7 @@ impl PolicyEngine {
         Ok(PolicyEngine {
             engine,
             linker,
+            budget: MemoryBudget::new(limits.memory_budget),
             limits,
             compiled: Mutex::default(),
             stop,
@@ -360,9 +367,16 @@ impl PolicyEngine {
             &Instance,
         ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
     ) -> Result<R, EvalError> {
+        let _in_call = tfjob_planner::call_watch::enter_call();
         let mut store = Store::new(
             &self.engine,
-            Sandbox::new(Arc::from(name), limits.memory, self.limits.max_log),
+            Sandbox::new(
+                Arc::from(name),
+                limits.memory,
+                self.budget.clone(),
+                self.limits.max_log,
+                limits.deadline,
+            ),
         );
         store.limiter(|s| &mut s.limiter);
         let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
@@ -452,10 +466,7 @@ impl LimitedEngine<'_> {
                 let verdict = indices
                     .load(&mut *store, instance)?
                     .call_validate_settings(&mut *store, settings)?;
-                Ok(verdict.map_err(|mut reason| {
-                    reason.truncate(4096);
-                    bindings::PolicyError::InvalidSettings(reason)
-                }))
+                Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
             })
     }
 
@@ -556,12 +567,21 @@ fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbo
             ),
         );
     }
+    if let Some(wait) = error.downcast_ref::<WaitPastDeadline>() {
+        return EvalError::new(
+            Category::Timeout,
+            format!("deadline of {:?} exceeded: {wait}", limits.deadline),
+        );
+    }
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => EvalError::new(
             Category::Timeout,
             format!("deadline of {:?} exceeded", limits.deadline),
         ),
-        _ => EvalError::new(Category::Trap, format!("{error:#}")),
+        _ => EvalError::new(
+            Category::Trap,
+            text::elided(&format!("{error:#}"), MAX_GUEST_TEXT),
+        ),
     }
 }
 
@@ -574,9 +594,18 @@ fn hook<T>(indices: &Option<T>, hook: Hook) -> Result<&T, EvalError> {
     })
 }
 
+/// The longest error text kept from a guest; longer texts are cut at a character boundary.
+pub const MAX_GUEST_TEXT: usize = 4096;
+
 /// Errors a guest reports itself: bad settings are `settings`, anything else means the policy
-/// produced no usable output.
-fn guest_error(e: bindings::PolicyError) -> EvalError {
+/// produced no usable output. The guest's text is cut to [`MAX_GUEST_TEXT`].
+pub fn guest_error(e: bindings::PolicyError) -> EvalError {
+    let cut = |m: String| text::elided(&m, MAX_GUEST_TEXT);
+    let e = match e {
+        bindings::PolicyError::InvalidSettings(m) => bindings::PolicyError::InvalidSettings(cut(m)),
+        bindings::PolicyError::InvalidInput(m) => bindings::PolicyError::InvalidInput(cut(m)),
+        bindings::PolicyError::Failed(m) => bindings::PolicyError::Failed(cut(m)),
+    };
     match e {
         bindings::PolicyError::InvalidSettings(m) => EvalError::new(Category::Settings, m),
         bindings::PolicyError::InvalidInput(m) => EvalError::new(

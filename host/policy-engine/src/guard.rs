@@ -1,10 +1,24 @@
 //! The mutation guard: which fields of a pod a decoration policy may change.
 //!
-//! The host diffs the pod a policy returns against the pod it was given and rejects any change
-//! outside the allowed paths. Paths use `.` for fields and `[*]` for any array element, e.g.
-//! `spec.containers[*].env`. A path allows its whole subtree. Pure logic over JSON values.
+//! The host diffs the pod a policy returns against the pod it was given, in three passes:
+//! 1. Paths: any change outside the allowed paths is refused. Paths use `.` for fields and `[*]`
+//!    for any array element, e.g. `spec.containers[*].env`; a path allows its whole subtree.
+//!    Some paths can never be allowed ([`NEVER_ALLOWED`]): the pod's identity, owner, code,
+//!    privileges, ports and restart policy.
+//! 2. The operator's own entries inside allowed subtrees: labels and annotations under the
+//!    operator's prefixes ([`PROTECTED_KEY_PREFIXES`]: a changed replica index would make the
+//!    operator delete and recreate the pod for ever) and the environment variables the operator
+//!    sets ([`OPERATOR_ENV`]) are neither added, changed nor removed by any policy.
+//! 3. Capabilities ([`crate::capabilities`]): secrets, tokens, host paths and volumes that reach
+//!    outside the pod, each only when granted.
+//!
+//! Pure logic over JSON values.
+
+use std::fmt;
 
 use serde_json::Value;
+
+use crate::capabilities::{self, Capabilities, items};
 
 /// Paths every decoration policy may change.
 pub const DEFAULT_ALLOWED: &[&str] = &[
@@ -26,8 +40,16 @@ pub const DEFAULT_ALLOWED: &[&str] = &[
     "spec.initContainers[*].resources",
 ];
 
-/// The path that lets a policy add `hostPath` volumes; never allowed unless configured.
+/// The path that once let a policy add `hostPath` volumes; host paths are now a capability
+/// (`capabilities.hostPaths`), and naming this path says so.
 pub const HOST_PATH: &str = "spec.volumes[*].hostPath";
+
+/// Label and annotation prefixes that belong to the operator: its selectors and bookkeeping
+/// (`training.kubeflow.org/*`) and the record of which policies shaped a pod.
+pub const PROTECTED_KEY_PREFIXES: &[&str] = &["training.kubeflow.org/", "policy.tfjob.dev/"];
+
+/// Environment variables the operator sets on the pods it builds.
+pub const OPERATOR_ENV: &[&str] = &["TF_CONFIG"];
 
 /// Paths no configuration can allow: identity, code and privilege of the pod.
 pub const NEVER_ALLOWED: &[&str] = &[
@@ -42,6 +64,9 @@ pub const NEVER_ALLOWED: &[&str] = &[
     "spec.initContainers[*].command",
     "spec.initContainers[*].args",
     "spec.initContainers[*].securityContext",
+    "spec.containers[*].ports",
+    "spec.initContainers[*].ports",
+    "spec.restartPolicy",
     "spec.securityContext",
     "spec.serviceAccountName",
     "spec.serviceAccount",
@@ -50,11 +75,37 @@ pub const NEVER_ALLOWED: &[&str] = &[
     "spec.hostIPC",
 ];
 
-/// The paths one policy may change.
+/// What one policy may change: paths, and the capabilities it was granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllowedPaths {
     patterns: Vec<Vec<Segment>>,
-    host_path: bool,
+    grants: Capabilities,
+}
+
+/// A change the guard refused: where, and why when the path alone does not say it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The offending path, e.g. `spec.containers[0].image`.
+    pub path: String,
+    pub why: Option<String>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.why {
+            None => f.write_str(&self.path),
+            Some(why) => write!(f, "{} ({why})", self.path),
+        }
+    }
+}
+
+impl Violation {
+    fn at(path: impl Into<String>, why: impl Into<String>) -> Violation {
+        Violation {
+            path: path.into(),
+            why: Some(why.into()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,15 +121,16 @@ impl Default for AllowedPaths {
 }
 
 impl AllowedPaths {
-    /// Allowed paths from patterns; `spec.volumes[*].hostPath` enables host path volumes.
-    /// A pattern that could allow a never-allowed path is refused, naming it.
+    /// Allowed paths from patterns, with no capabilities. A pattern that could allow a
+    /// never-allowed path is refused, naming it.
     pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<AllowedPaths, String> {
         let mut parsed = Vec::new();
-        let mut host_path = false;
         for p in patterns {
             if p == HOST_PATH {
-                host_path = true;
-                continue;
+                return Err(format!(
+                    "path {p:?}: host path volumes are a capability now; declare the prefixes \
+                     under capabilities.hostPaths"
+                ));
             }
             let segments = parse(p)?;
             for never in NEVER_ALLOWED {
@@ -91,8 +143,19 @@ impl AllowedPaths {
         }
         Ok(AllowedPaths {
             patterns: parsed,
-            host_path,
+            grants: Capabilities::default(),
         })
+    }
+
+    /// The same paths with `grants` granted.
+    pub fn granting(mut self, grants: Capabilities) -> AllowedPaths {
+        self.grants = grants;
+        self
+    }
+
+    /// The capabilities granted.
+    pub fn grants(&self) -> &Capabilities {
+        &self.grants
     }
 
     /// The default paths plus `extra`.
@@ -140,14 +203,75 @@ fn parse(pattern: &str) -> Result<Vec<Segment>, String> {
     Ok(out)
 }
 
-/// Checks that `after` differs from `before` only within `allowed`. Returns the first
-/// offending path (`spec.containers[0].image`).
-pub fn check(before: &Value, after: &Value, allowed: &AllowedPaths) -> Result<(), String> {
+/// Checks that `after` differs from `before` only within `allowed`, leaves the operator's own
+/// entries alone and adds nothing its grants do not cover. Returns the first violation.
+pub fn check(before: &Value, after: &Value, allowed: &AllowedPaths) -> Result<(), Violation> {
     let mut path = Vec::new();
     let mut printable = String::new();
-    walk(before, after, allowed, &mut path, &mut printable)?;
-    if !allowed.host_path {
-        check_no_new_host_path(before, after)?;
+    walk(before, after, allowed, &mut path, &mut printable)
+        .map_err(|path| Violation { path, why: None })?;
+    check_protected_keys(before, after)?;
+    check_operator_env(before, after)?;
+    capabilities::check(before, after, &allowed.grants)
+        .map_err(|(path, why)| Violation::at(path, why))
+}
+
+/// Labels and annotations under [`PROTECTED_KEY_PREFIXES`] are the same before and after.
+fn check_protected_keys(before: &Value, after: &Value) -> Result<(), Violation> {
+    for field in ["labels", "annotations"] {
+        let map = |pod: &Value| {
+            pod.pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (old, new) = (map(before), map(after));
+        let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            if PROTECTED_KEY_PREFIXES.iter().any(|p| key.starts_with(p))
+                && old.get(key) != new.get(key)
+            {
+                return Err(Violation::at(
+                    format!("metadata.{field}[{key}]"),
+                    "the operator's own keys are not a policy's to change",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every container's entries for [`OPERATOR_ENV`] are the same before and after (none added,
+/// changed or removed).
+fn check_operator_env(before: &Value, after: &Value) -> Result<(), Violation> {
+    for list in ["initContainers", "containers"] {
+        let pointer = format!("/spec/{list}");
+        let (old, new) = (items(before, &pointer), items(after, &pointer));
+        for (i, container) in new.iter().enumerate() {
+            let operator_entries = |c: Option<&Value>| -> Vec<Value> {
+                c.and_then(|c| c.get("env"))
+                    .and_then(Value::as_array)
+                    .map(|env| {
+                        env.iter()
+                            .filter(|e| {
+                                e.get("name")
+                                    .and_then(Value::as_str)
+                                    .is_some_and(|n| OPERATOR_ENV.contains(&n))
+                            })
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            if operator_entries(old.get(i)) != operator_entries(Some(container)) {
+                return Err(Violation::at(
+                    format!("spec.{list}[{i}].env"),
+                    format!("{} is set by the operator alone", OPERATOR_ENV.join(", ")),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -204,31 +328,6 @@ fn walk(
     }
 }
 
-fn check_no_new_host_path(before: &Value, after: &Value) -> Result<(), String> {
-    let host_paths = |pod: &Value| -> Vec<(String, Value)> {
-        pod.pointer("/spec/volumes")
-            .and_then(Value::as_array)
-            .map(|vs| {
-                vs.iter()
-                    .filter_map(|v| {
-                        Some((
-                            v.get("name")?.as_str()?.to_owned(),
-                            v.get("hostPath")?.clone(),
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let existing = host_paths(before);
-    for (name, hp) in host_paths(after) {
-        if !existing.contains(&(name.clone(), hp)) {
-            return Err(format!("spec.volumes[{name}].hostPath"));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,7 +344,7 @@ mod tests {
     }
 
     fn verdict(after: Value) -> Result<(), String> {
-        check(&pod(), &after, &AllowedPaths::default())
+        check(&pod(), &after, &AllowedPaths::default()).map_err(|v| v.path)
     }
 
     #[test]
@@ -283,18 +382,95 @@ mod tests {
     }
 
     #[test]
-    fn host_path_volumes_need_explicit_permission() {
+    fn host_path_volumes_need_a_granted_prefix() {
         let mut p = pod();
         p["spec"]["volumes"]
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "root", "hostPath": {"path": "/"}}));
-        assert_eq!(
-            verdict(p.clone()),
-            Err("spec.volumes[root].hostPath".into())
-        );
-        let allowed = AllowedPaths::with_extra([HOST_PATH]).unwrap();
+        assert_eq!(verdict(p.clone()), Err("spec.volumes[1].hostPath".into()));
+        let allowed = AllowedPaths::default().granting(Capabilities {
+            host_paths: vec!["/".into()],
+            ..Capabilities::default()
+        });
         assert_eq!(check(&pod(), &p, &allowed), Ok(()));
+        let err = AllowedPaths::with_extra([HOST_PATH]).unwrap_err();
+        assert!(err.contains("capabilities.hostPaths"), "{err}");
+    }
+
+    #[test]
+    fn the_operators_keys_and_env_are_protected() {
+        let operator_pod = || {
+            let mut p = pod();
+            p["metadata"]["labels"]["training.kubeflow.org/replica-index"] = json!("0");
+            p["spec"]["containers"][0]["env"] = json!([{"name": "TF_CONFIG", "value": "{}"}]);
+            p
+        };
+        type Edit = fn(&mut Value);
+        let edits: [(&str, Edit); 7] = [
+            (
+                "metadata.labels[training.kubeflow.org/replica-index]",
+                |p| p["metadata"]["labels"]["training.kubeflow.org/replica-index"] = json!("7"),
+            ),
+            (
+                "metadata.labels[training.kubeflow.org/replica-index]",
+                |p| {
+                    p["metadata"]["labels"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("training.kubeflow.org/replica-index");
+                },
+            ),
+            ("metadata.labels[training.kubeflow.org/job-role]", |p| {
+                p["metadata"]["labels"]["training.kubeflow.org/job-role"] = json!("master")
+            }),
+            ("metadata.annotations[policy.tfjob.dev/policies]", |p| {
+                p["metadata"]["annotations"] = json!({"policy.tfjob.dev/policies": "none"})
+            }),
+            ("spec.containers[0].env", |p| {
+                p["spec"]["containers"][0]["env"][0]["value"] = json!("{\"cluster\":{}}")
+            }),
+            ("spec.containers[0].env", |p| {
+                p["spec"]["containers"][0]["env"] = json!([])
+            }),
+            ("spec.containers[0].env", |p| {
+                p["spec"]["containers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "TF_CONFIG", "value": "{}"}))
+            }),
+        ];
+        for (path, edit) in edits {
+            let mut after = operator_pod();
+            edit(&mut after);
+            let v = check(&operator_pod(), &after, &AllowedPaths::default()).unwrap_err();
+            assert_eq!(v.path, path);
+        }
+        // Other labels and variables are ordinary decoration.
+        let mut after = operator_pod();
+        after["metadata"]["labels"]["team"] = json!("ml");
+        after["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "TFJOB_NAME", "value": "x"}));
+        assert_eq!(
+            check(&operator_pod(), &after, &AllowedPaths::default()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn ports_and_restart_policy_are_never_allowed() {
+        for path in [
+            "spec.containers[*].ports",
+            "spec.restartPolicy",
+            "spec.initContainers[*].ports",
+        ] {
+            assert!(AllowedPaths::with_extra([path]).is_err(), "{path}");
+        }
+        let mut p = pod();
+        p["spec"]["restartPolicy"] = json!("Always");
+        assert_eq!(verdict(p), Err("spec.restartPolicy".into()));
     }
 
     #[test]

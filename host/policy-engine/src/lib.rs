@@ -2,13 +2,15 @@
 //!
 //! Policies are components implementing `wit/policy.wit`. The [`engine::PolicyEngine`] compiles
 //! each once per digest and runs every call in a fresh store with a deadline, a memory cap and
-//! input/output size caps, with no ambient authority. The [`guard`] checks decorated pods, the
+//! input/output size caps, with no ambient authority. The [`guard`] checks decorated pods, the [`verdict_guard`] checks classifications against the pod, the
 //! [`registry`] holds the active policies as an atomically swappable snapshot, and
 //! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam. Policies come
 //! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
 //! ([`configmap`]), all through the same activation.
 
 pub mod bindings;
+pub mod capabilities;
+pub mod clock;
 pub mod config;
 pub mod configmap;
 pub mod defaults;
@@ -24,6 +26,7 @@ pub use engine::{CompiledPolicy, Hook, LimitedEngine, PolicyEngine};
 pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
+pub mod verdict_guard;
 
 pub use metrics::PolicyMetrics;
 pub use policies::{APPLIED_ANNOTATION, WasmPolicies};

@@ -2,7 +2,8 @@
 //!
 //! `shape_pod` runs the decoration policies (each checked by the guard against its allowed
 //! paths), then the resource policies on every container, then records which policies shaped
-//! the pod. `classify` asks the classification policies in order. Only `Enforce` policies whose
+//! the pod. `classify` asks the classification policies in order, and
+//! checks each verdict against the pod ([`crate::verdict_guard`]). Only `Enforce` policies whose
 //! selector matches the job take part, each call within the policy's own deadline and memory
 //! cap. A failing policy follows its failure policy: `Fail` stops the reconcile, `Ignore` skips
 //! it for that pod; a configured policy that never loaded is treated the same way.
@@ -16,6 +17,7 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use tfjob_api::text;
 use tfjob_planner::native::NativePolicies;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_planner::{PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict};
@@ -26,6 +28,7 @@ use crate::error::{Category, EvalError};
 use crate::guard;
 use crate::metrics::PolicyMetrics;
 use crate::registry::{ActivePolicy, FailurePolicy, PolicySet, Registry};
+use crate::verdict_guard;
 
 /// Annotation listing the policies (`name@short-digest`, comma-separated) that shaped a pod.
 pub const APPLIED_ANNOTATION: &str = "policy.tfjob.dev/policies";
@@ -80,7 +83,13 @@ pub fn job_context(ctx: &PodContext) -> bindings::JobContext {
     }
 }
 
-/// Converts a WIT verdict, attributing it to `policy`.
+/// The longest verdict reason kept; a condition reason is a short code.
+pub const MAX_VERDICT_REASON: usize = 256;
+/// The longest verdict message kept (a pod's termination messages are 4 KiB per container).
+pub const MAX_VERDICT_MESSAGE: usize = 16 << 10;
+
+/// Converts a WIT verdict, attributing it to `policy`; its texts are cut to
+/// [`MAX_VERDICT_REASON`] and [`MAX_VERDICT_MESSAGE`] at character boundaries.
 pub fn verdict_from(v: bindings::Verdict, policy: &str) -> Result<Verdict, EvalError> {
     let occurred_at = match v.occurred_at {
         Some(t) => Some(t.parse::<Timestamp>().map_err(|e| {
@@ -102,8 +111,8 @@ pub fn verdict_from(v: bindings::Verdict, policy: &str) -> Result<Verdict, EvalE
             bindings::Phase::RetryableFailure => VerdictPhase::RetryableFailure,
             bindings::Phase::PermanentFailure => VerdictPhase::PermanentFailure,
         },
-        reason: v.reason,
-        message: v.message,
+        reason: text::elided(&v.reason, MAX_VERDICT_REASON),
+        message: text::elided(&v.message, MAX_VERDICT_MESSAGE),
         kind: v.kind.map(|k| match k {
             bindings::FailureKind::User => FailureKind::User,
             bindings::FailureKind::System => FailureKind::System,
@@ -394,6 +403,10 @@ fn verdict_text(v: &Verdict) -> String {
 }
 
 impl PodPolicies for WasmPolicies {
+    fn call_bound(&self) -> Option<std::time::Duration> {
+        Some(self.engine.limits().call_bound())
+    }
+
     fn pinned(&self) -> Option<Box<dyn PodPolicies>> {
         Some(Box::new(WasmPolicies {
             engine: Arc::clone(&self.engine),
@@ -552,6 +565,12 @@ impl PodPolicies for WasmPolicies {
                         &now_text,
                     )
                     .and_then(|v| verdict_from(v, &p.label()))
+                    .and_then(|v| match verdict_guard::check(pod, &v) {
+                        Ok(()) => Ok(v),
+                        Err(contradiction) => {
+                            Err(EvalError::new(Category::InvalidOutput, contradiction))
+                        }
+                    })
             })
         };
         let mut decided = None;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::capabilities::Capabilities;
 use crate::config::{CallLimits, LimitError};
 use crate::engine::{CompiledPolicy, Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
@@ -158,9 +159,13 @@ pub struct PolicyManifest {
     /// The settings document handed to every call (JSON or YAML in the manifest).
     #[serde(default)]
     pub settings: serde_json::Value,
-    /// Paths the policy may change beyond the default ones (e.g. `spec.volumes[*].hostPath`).
+    /// Paths the policy may change beyond the default ones (e.g. `spec.runtimeClassName`).
     #[serde(default)]
     pub allowed_paths: Vec<String>,
+    /// What it may add beyond plain decoration (secrets, tokens, host paths, external volumes);
+    /// granted only within the operator's ceiling.
+    #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+    pub capabilities: Capabilities,
     /// Its own deadline per call, at most the operator's [default: the operator's].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
@@ -202,9 +207,10 @@ impl PolicyManifest {
         })
     }
 
-    /// The fields that need no module to check: name, hooks, selector, allowed paths and the
-    /// shape of `sha256`.
-    pub fn validate(&self) -> Result<AllowedPaths, ManifestError> {
+    /// The fields that need no module to check: name, hooks, selector, allowed paths, the
+    /// capabilities against the operator's `ceiling` and the shape of `sha256`. Returns what
+    /// the policy may change.
+    pub fn validate(&self, ceiling: &Capabilities) -> Result<AllowedPaths, ManifestError> {
         let field = |field: &str, message: String| ManifestError {
             field: field.into(),
             message,
@@ -224,8 +230,15 @@ impl PolicyManifest {
             ));
         }
         self.selector.validate()?;
-        AllowedPaths::with_extra(self.allowed_paths.iter().map(String::as_str))
-            .map_err(|e| field("allowedPaths", e))
+        let grants = self
+            .capabilities
+            .grant(ceiling)
+            .map_err(|(at, e)| field(&format!("capabilities.{at}"), e))?;
+        Ok(
+            AllowedPaths::with_extra(self.allowed_paths.iter().map(String::as_str))
+                .map_err(|e| field("allowedPaths", e))?
+                .granting(grants),
+        )
     }
 }
 
@@ -317,7 +330,7 @@ pub fn activate_checked(
     manifest: PolicyManifest,
     wasm: &[u8],
 ) -> Result<ActivePolicy, ActivationError> {
-    let allowed = manifest.validate()?;
+    let allowed = manifest.validate(&engine.limits().ceiling)?;
     let limits = engine
         .limits()
         .narrow(manifest.deadline_ms, manifest.memory_mib)?;
@@ -623,7 +636,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            m.validate().unwrap_err().field,
+            m.validate(&Capabilities::everything()).unwrap_err().field,
             "selector.matchExpressions[0].values"
         );
     }

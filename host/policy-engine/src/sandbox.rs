@@ -2,7 +2,8 @@
 //! the memory limiter and the host side of the `log` import.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -19,13 +20,22 @@ pub struct Sandbox {
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
     policy: Arc<str>,
-    log_budget: usize,
+    log: LogBudget,
+    /// When the call must be over; timers past it are refused (see [`crate::clock`]).
+    deadline: Instant,
 }
 
 impl Sandbox {
-    /// A sandbox for one call into `policy`: no preopened directories, no environment, no
-    /// arguments, no sockets, stdin closed; stdout and stderr captured up to `max_log` bytes.
-    pub fn new(policy: Arc<str>, memory: usize, max_log: usize) -> Sandbox {
+    /// A sandbox for one call into `policy` that must end within `deadline` from now: no
+    /// preopened directories, no environment, no arguments, no sockets, stdin empty; stdout and
+    /// stderr captured up to `max_log` bytes each.
+    pub fn new(
+        policy: Arc<str>,
+        memory: usize,
+        budget: MemoryBudget,
+        max_log: usize,
+        deadline: Duration,
+    ) -> Sandbox {
         let stdout = MemoryOutputPipe::new(max_log);
         let stderr = MemoryOutputPipe::new(max_log);
         let wasi = WasiCtx::builder()
@@ -38,12 +48,18 @@ impl Sandbox {
         Sandbox {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter::new(memory),
+            limiter: MemoryLimiter::new(memory, budget),
             stdout,
             stderr,
             policy,
-            log_budget: max_log,
+            log: LogBudget::new(max_log),
+            deadline: Instant::now() + deadline,
         }
+    }
+
+    /// When the call must be over.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     /// Forwards what the guest printed to the operator's log.
@@ -68,15 +84,12 @@ impl WasiView for Sandbox {
 
 impl LogHost for Sandbox {
     fn log(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
-        let size = message.len() + fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        if size > self.log_budget {
-            if self.log_budget > 0 {
+        if !self.log.admit(&message, &fields) {
+            if self.log.first_refusal() {
                 tracing::warn!(policy = %self.policy, "policy log budget exhausted; dropping further records");
-                self.log_budget = 0;
             }
             return;
         }
-        self.log_budget -= size;
         let fields = fields
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -93,21 +106,109 @@ impl LogHost for Sandbox {
     }
 }
 
+/// What a record costs beyond its text: a record of empty strings still costs the host a
+/// formatting pass and a log line, so count and size are bounded together.
+const RECORD_COST: usize = 64;
+/// What each field costs beyond its key and value.
+const FIELD_COST: usize = 16;
+/// Records one call may log, however small.
+pub const MAX_LOG_RECORDS: usize = 64;
+
+/// The log budget of one call: bytes (text plus a fixed cost per record and per field) and a
+/// number of records. Once a record is refused, later ones are too, so what the operator's log
+/// shows of a call is always a prefix of what the policy logged.
+#[derive(Debug)]
+pub(crate) struct LogBudget {
+    bytes: usize,
+    records: usize,
+    refused: usize,
+}
+
+impl LogBudget {
+    pub(crate) fn new(bytes: usize) -> LogBudget {
+        LogBudget {
+            bytes,
+            records: MAX_LOG_RECORDS,
+            refused: 0,
+        }
+    }
+
+    /// Whether a record fits; if it does, its cost is taken from the budget.
+    pub(crate) fn admit(&mut self, message: &str, fields: &[(String, String)]) -> bool {
+        let cost = fields
+            .iter()
+            .fold(RECORD_COST.saturating_add(message.len()), |sum, (k, v)| {
+                sum.saturating_add(FIELD_COST + k.len() + v.len())
+            });
+        if self.refused > 0 || self.records == 0 || cost > self.bytes {
+            self.refused += 1;
+            return false;
+        }
+        self.records -= 1;
+        self.bytes -= cost;
+        true
+    }
+
+    /// Whether the last refusal was the first, so exhaustion is reported once per call.
+    fn first_refusal(&self) -> bool {
+        self.refused == 1
+    }
+}
+
 impl crate::bindings::tfjob::policy::types::Host for Sandbox {}
 
-/// Caps the total linear memory of all memories of one evaluation and remembers whether the cap
-/// was hit, so the resulting trap is reported as `memory`, not as a generic trap.
+/// The linear memory all evaluations running at once may hold together. Each evaluation also
+/// has its own cap; this one keeps the sum inside the operator's memory limit whatever the
+/// number of concurrent calls.
+#[derive(Clone, Debug)]
+pub struct MemoryBudget {
+    total: usize,
+    used: Arc<AtomicUsize>,
+}
+
+impl MemoryBudget {
+    pub fn new(total: usize) -> MemoryBudget {
+        MemoryBudget {
+            total,
+            used: Arc::default(),
+        }
+    }
+
+    /// Bytes held by evaluations now.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&after| after <= self.total)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// Caps the total linear memory of all memories of one evaluation, takes it from the shared
+/// [`MemoryBudget`] (and gives it back when the evaluation's store is dropped), and remembers
+/// whether a cap was hit, so the resulting trap is reported as `memory`, not as a generic trap.
 pub struct MemoryLimiter {
     cap: usize,
     granted: usize,
+    budget: MemoryBudget,
     hit: Arc<AtomicBool>,
 }
 
 impl MemoryLimiter {
-    fn new(cap: usize) -> MemoryLimiter {
+    fn new(cap: usize, budget: MemoryBudget) -> MemoryLimiter {
         MemoryLimiter {
             cap,
             granted: 0,
+            budget,
             hit: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -115,6 +216,12 @@ impl MemoryLimiter {
     /// Whether a growth was refused during this evaluation.
     pub fn was_hit(&self) -> bool {
         self.hit.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        self.budget.give_back(self.granted);
     }
 }
 
@@ -126,7 +233,7 @@ impl ResourceLimiter for MemoryLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let extra = desired.saturating_sub(current);
-        if self.granted.saturating_add(extra) > self.cap {
+        if self.granted.saturating_add(extra) > self.cap || !self.budget.try_take(extra) {
             self.hit.store(true, Ordering::Relaxed);
             return Ok(false);
         }
@@ -143,5 +250,59 @@ impl ResourceLimiter for MemoryLimiter {
         // Tables hold function references; a generous fixed cap keeps a guest from using them
         // to sidestep the memory cap.
         Ok(desired <= 100_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_fields(n: usize) -> Vec<(String, String)> {
+        vec![(String::new(), String::new()); n]
+    }
+
+    #[test]
+    fn empty_records_and_fields_cost_budget() {
+        let mut budget = LogBudget::new(16 << 10);
+        // 16 KiB of budget holds few records of 1,000 empty fields, though their text is empty.
+        let admitted = (0..100)
+            .take_while(|_| budget.admit("", &empty_fields(1000)))
+            .count();
+        assert_eq!(admitted, (16 << 10) / (RECORD_COST + 1000 * FIELD_COST));
+        assert!(budget.first_refusal());
+        assert!(!budget.admit("", &[]), "refused once, refused for good");
+        assert!(!budget.first_refusal());
+    }
+
+    #[test]
+    fn the_number_of_records_is_capped() {
+        let mut budget = LogBudget::new(usize::MAX);
+        let admitted = (0..1000).take_while(|_| budget.admit("", &[])).count();
+        assert_eq!(admitted, MAX_LOG_RECORDS);
+    }
+
+    #[test]
+    fn the_budget_is_shared_and_given_back() {
+        let budget = MemoryBudget::new(100);
+        let mut a = MemoryLimiter::new(80, budget.clone());
+        let mut b = MemoryLimiter::new(80, budget.clone());
+        assert!(a.memory_growing(0, 60, None).unwrap());
+        // Within b's own cap, but the budget has only 40 left.
+        assert!(!b.memory_growing(0, 50, None).unwrap());
+        assert!(b.was_hit());
+        assert!(b.memory_growing(0, 40, None).unwrap());
+        assert_eq!(budget.used(), 100);
+        drop(a);
+        assert_eq!(budget.used(), 40);
+        drop(b);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn huge_lengths_do_not_overflow() {
+        let mut budget = LogBudget::new(usize::MAX - 1);
+        let fields = vec![("k".repeat(10), "v".repeat(10)); 4];
+        assert!(budget.admit(&"m".repeat(100), &fields));
+        assert_eq!(budget.records, MAX_LOG_RECORDS - 1);
     }
 }

@@ -498,8 +498,8 @@ fn accelerators_go_to_the_containers_using_them_and_volumes_to_the_pod_once() {
         ])
     );
     let gpu_mounts = json!([
-        {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"},
-        {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"}
+        {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true},
+        {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true}
     ]);
     assert_eq!(out["spec"]["initContainers"][0]["volumeMounts"], gpu_mounts);
     assert_eq!(out["spec"]["containers"][0]["volumeMounts"], gpu_mounts);
@@ -507,8 +507,8 @@ fn accelerators_go_to_the_containers_using_them_and_volumes_to_the_pod_once() {
         out["spec"]["containers"][2]["volumeMounts"],
         json!([
             {"name": "data", "mountPath": "/data"},
-            {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"},
-            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"}
+            {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true},
+            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true}
         ])
     );
     assert!(out["spec"]["containers"][1].get("volumeMounts").is_none());
@@ -964,7 +964,7 @@ fn the_default_decoration_prepares_gpu_containers_however_the_gpu_is_written() {
     );
     assert_eq!(
         pod["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true}])
     );
     assert!(env(&pod, "containers", 0).contains(&(
         "NVIDIA_DRIVER_CAPABILITIES".into(),
@@ -1035,7 +1035,7 @@ default-decorate:
     );
     assert_eq!(
         pod["spec"]["containers"][0]["volumeMounts"],
-        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia"}])
+        json!([{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true}])
     );
     assert!(pod["spec"]["containers"][1].get("volumeMounts").is_none());
 }

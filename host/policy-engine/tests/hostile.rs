@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use tfjob_planner::{PodContext, PodPolicies};
 use tfjob_policy_engine::bindings::JobContext;
+use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
 use tfjob_policy_engine::policies::job_context;
 use tfjob_policy_engine::{
@@ -202,10 +203,30 @@ fn the_guard_rejects_forbidden_changes_naming_policy_and_path() {
         assert!(err.policy.starts_with(&format!("hostile-{mode}@")), "{err}");
         assert!(err.message.contains(path), "{mode}: {err}");
     }
-    // A host path volume passes once the manifest allows it.
-    let shaped = hostile_decorator("host-path", vec!["spec.volumes[*].hostPath".into()])
-        .shape_pod(&ctx(), base_pod())
-        .expect("allowed explicitly");
+    // A host path is a capability: declared in the manifest, granted within the operator's
+    // ceiling. The default ceiling allows only the NVIDIA driver directory.
+    let declare_root = |m: &mut PolicyManifest| m.capabilities.host_paths = vec!["/".into()];
+    let manifest = |edit: &dyn Fn(&mut PolicyManifest)| {
+        let mut m = PolicyManifest {
+            name: "hostile-host-path".into(),
+            hooks: vec![Hook::Decorate],
+            settings: json!({"mode": "host-path"}),
+            ..PolicyManifest::default()
+        };
+        edit(&mut m);
+        m
+    };
+    let err = activate(engine(), manifest(&declare_root), HOSTILE_POLICY_WASM).unwrap_err();
+    assert!(err.message.contains("capabilities.hostPaths[0]"), "{err}");
+    let permissive = permissive_engine();
+    let active = activate(permissive, manifest(&declare_root), HOSTILE_POLICY_WASM)
+        .expect("granted under a ceiling that allows /");
+    let shaped = WasmPolicies::new(
+        Arc::clone(permissive),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    )
+    .shape_pod(&ctx(), base_pod())
+    .expect("allowed explicitly");
     assert!(
         shaped
             .pod
@@ -216,6 +237,20 @@ fn the_guard_rejects_forbidden_changes_naming_policy_and_path() {
             .iter()
             .any(|v| v.host_path.is_some())
     );
+}
+
+/// An engine whose ceiling grants every capability a manifest declares.
+fn permissive_engine() -> &'static Arc<PolicyEngine> {
+    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Arc::new(
+            PolicyEngine::new(SandboxLimits {
+                ceiling: Capabilities::everything(),
+                ..SandboxLimits::default()
+            })
+            .expect("engine starts"),
+        )
+    })
 }
 
 #[test]
@@ -538,4 +573,393 @@ fn shadow_policies_and_unselected_jobs_are_not_enforced() {
         .classify(&ctx(), &base_pod(), jiff::Timestamp::UNIX_EPOCH)
         .expect("the panicking shadow classifier is not called");
     assert!(!verdict.policy.starts_with("hostile"), "{verdict:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocking, long texts, log floods, protected fields, capabilities and contradicting verdicts
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `hook` of the hostile guest in `settings` on the plain pod through the engine.
+fn call(hook: Hook, settings: &Value) -> Result<(), tfjob_policy_engine::EvalError> {
+    let e = engine();
+    let policy = hostile();
+    let settings = settings.to_string();
+    let pod = pod().to_string();
+    match hook {
+        Hook::Decorate => e
+            .decorate(&policy, "hostile", &wit_ctx(), &settings, &pod)
+            .map(drop),
+        Hook::Resources => e
+            .override_resources(
+                &policy,
+                "hostile",
+                &wit_ctx(),
+                &settings,
+                "tensorflow",
+                "{}",
+            )
+            .map(drop),
+        Hook::Classify => e
+            .classify(
+                &policy,
+                "hostile",
+                &wit_ctx(),
+                &settings,
+                &pod,
+                "2026-01-01T00:00:00Z",
+            )
+            .map(drop),
+    }
+}
+
+#[test]
+fn a_guest_blocked_in_a_host_call_is_stopped_at_its_deadline() {
+    for mode in ["sleep", "poll"] {
+        for hook in Hook::ALL {
+            let started = Instant::now();
+            let err = call(hook, &json!({"mode": mode})).unwrap_err();
+            assert_eq!(err.category, Category::Timeout, "{mode} {hook}: {err}");
+            assert!(
+                err.message.contains("may not block past its deadline"),
+                "{err}"
+            );
+            // Not a performance assertion: without the bound the call would take an hour.
+            assert!(
+                started.elapsed().as_secs() < 10,
+                "{mode} {hook}: {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    let started = Instant::now();
+    let err = engine()
+        .validate_settings(&hostile(), "hostile", r#"{"mode":"sleep-in-settings"}"#)
+        .unwrap_err();
+    assert_eq!(err.category, Category::Timeout, "{err}");
+    assert!(started.elapsed().as_secs() < 10);
+}
+
+#[test]
+fn an_ignored_sleeping_decorator_does_not_hold_up_the_pod() {
+    let manifest = PolicyManifest {
+        name: "sleepy".into(),
+        hooks: vec![Hook::Decorate],
+        failure_policy: tfjob_policy_engine::FailurePolicy::Ignore,
+        settings: json!({"mode": "sleep"}),
+        ..PolicyManifest::default()
+    };
+    let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap();
+    let policies = WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    );
+    let shaped = policies.shape_pod(&ctx(), base_pod()).expect("ignored");
+    assert_eq!(shaped.skipped.len(), 1);
+    assert_eq!(shaped.skipped[0].category, Category::Timeout);
+    assert_eq!(shaped.pod, base_pod());
+}
+
+#[test]
+fn stdin_is_empty_and_never_blocks() {
+    let out: Value = serde_json::from_str(&decorate("stdin").unwrap()).unwrap();
+    assert_eq!(out["metadata"]["annotations"]["hostile/stdin"], "0");
+}
+
+#[test]
+fn long_multibyte_error_texts_are_cut_at_character_boundaries() {
+    // 10 KiB of 2-, 3- and 4-byte characters after 0..12 ASCII bytes: every cut the host
+    // makes falls inside a character for some padding, and none may panic.
+    for pad in 0..12 {
+        for hook in Hook::ALL {
+            let err = call(hook, &json!({"mode": "long-error", "pad": pad})).unwrap_err();
+            assert_eq!(err.category, Category::InvalidOutput, "{hook} {pad}");
+            assert!(
+                err.message.len() <= 4096 + 64,
+                "{hook} {pad}: {}",
+                err.message.len()
+            );
+            assert!(err.message.ends_with('…'), "{hook} {pad}");
+        }
+        let err = engine()
+            .validate_settings(
+                &hostile(),
+                "hostile",
+                &json!({"mode": "long-error-in-settings", "pad": pad}).to_string(),
+            )
+            .unwrap_err();
+        assert_eq!(err.category, Category::Settings, "{pad}");
+        assert!(err.message.len() <= 4096 + 3, "{pad}");
+        // Through activation, as a ConfigMap load would see it.
+        let manifest = PolicyManifest {
+            name: "long-error".into(),
+            hooks: vec![Hook::Decorate],
+            settings: json!({"mode": "long-error-in-settings", "pad": pad}),
+            ..PolicyManifest::default()
+        };
+        let err = activate_checked(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
+        assert!(err.to_string().len() <= 4096 + 64, "{pad}");
+    }
+}
+
+#[test]
+fn a_log_flood_of_empty_fields_ends_within_the_deadline() {
+    // 100,000 records of 1,000 empty fields: the budget counts every record and field, and
+    // the deadline ends the call; either way the call ends and the engine carries on.
+    for hook in Hook::ALL {
+        let started = Instant::now();
+        match call(hook, &json!({"mode": "log-flood"})) {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.category, Category::Timeout, "{hook}: {e}"),
+        }
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{hook}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(decorate("ok").is_ok());
+}
+
+/// A pod as the operator builds it: its labels, owner and `TF_CONFIG`.
+fn operator_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "mnist-worker-0", "namespace": "ml",
+            "labels": {
+                "training.kubeflow.org/job-name": "mnist",
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": "0",
+                "training.kubeflow.org/operator-name": "tfjob-controller"
+            },
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist", "uid": "uid", "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "tensorflow", "image": "tf:2",
+                "env": [{"name": "TF_CONFIG", "value": "{}"}],
+                "ports": [{"name": "tfjob-port", "containerPort": 2222}]
+            }]
+        }
+    })
+}
+
+/// Decorates the operator's pod with the hostile guest setting `path` to `value`, on `engine`
+/// with `capabilities` declared.
+fn edit_pod(
+    engine: &Arc<PolicyEngine>,
+    path: &str,
+    value: Value,
+    capabilities: Capabilities,
+) -> Result<Value, tfjob_planner::PolicyError> {
+    let manifest = PolicyManifest {
+        name: "editor".into(),
+        hooks: vec![Hook::Decorate],
+        settings: json!({"mode": "edit", "path": path, "value": value}),
+        capabilities,
+        ..PolicyManifest::default()
+    };
+    let active = activate(engine, manifest, HOSTILE_POLICY_WASM).expect("activates");
+    let pod: Pod = serde_json::from_value(operator_pod()).unwrap();
+    WasmPolicies::new(
+        Arc::clone(engine),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    )
+    .shape_pod(&ctx(), pod)
+    .map(|s| serde_json::to_value(s.pod).unwrap())
+}
+
+#[test]
+fn no_policy_may_touch_the_operators_own_fields() {
+    for (path, value, reported) in [
+        (
+            "/metadata/labels/training.kubeflow.org~1replica-index",
+            json!("7"),
+            "metadata.labels[training.kubeflow.org/replica-index]",
+        ),
+        (
+            "/metadata/labels/training.kubeflow.org~1job-role",
+            json!("master"),
+            "metadata.labels[training.kubeflow.org/job-role]",
+        ),
+        (
+            "/metadata/annotations/policy.tfjob.dev~1policies",
+            json!("forged"),
+            "metadata.annotations[policy.tfjob.dev/policies]",
+        ),
+        (
+            "/metadata/ownerReferences",
+            json!([]),
+            "metadata.ownerReferences",
+        ),
+        ("/metadata/name", json!("other"), "metadata.name"),
+        (
+            "/metadata/namespace",
+            json!("kube-system"),
+            "metadata.namespace",
+        ),
+        (
+            "/spec/containers/0/env/0/value",
+            json!("{\"cluster\":{\"worker\":[\"evil:2222\"]}}"),
+            "spec.containers[0].env",
+        ),
+        (
+            "/spec/containers/0/env",
+            json!([]),
+            "spec.containers[0].env",
+        ),
+        (
+            "/spec/containers/0/ports/0/containerPort",
+            json!(80),
+            "spec.containers[0].ports",
+        ),
+        ("/spec/restartPolicy", json!("Always"), "spec.restartPolicy"),
+        (
+            "/spec/serviceAccountName",
+            json!("admin"),
+            "spec.serviceAccountName",
+        ),
+    ] {
+        // Not even a cluster operator who grants everything can allow these.
+        let err =
+            edit_pod(permissive_engine(), path, value, Capabilities::everything()).unwrap_err();
+        assert_eq!(err.category, Category::GuardViolation, "{path}: {err}");
+        assert!(err.message.contains(reported), "{path}: {err}");
+    }
+}
+
+#[test]
+fn reaching_out_of_the_pod_needs_a_declared_and_allowed_capability() {
+    let mount = json!({"name": "x", "mountPath": "/x", "readOnly": true});
+    for (path, value, reported, capability) in [
+        (
+            "/spec/volumes",
+            json!([{"name": "x", "secret": {"secretName": "db"}}]),
+            "spec.volumes[0].secret",
+            "secrets",
+        ),
+        (
+            "/spec/containers/0/env/-",
+            json!({"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}),
+            "secretKeyRef",
+            "secrets",
+        ),
+        (
+            "/spec/containers/0/envFrom",
+            json!([{"secretRef": {"name": "db"}}]),
+            "envFrom[0].secretRef",
+            "secrets",
+        ),
+        (
+            "/spec/volumes",
+            json!([{"name": "x", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "vault"}}]}}]),
+            "serviceAccountToken",
+            "service-account-tokens",
+        ),
+        (
+            "/spec/volumes",
+            json!([{"name": "x", "csi": {"driver": "secrets-store.csi.k8s.io"}}]),
+            "spec.volumes[0].csi",
+            "external-volumes",
+        ),
+        (
+            "/spec/volumes",
+            json!([{"name": "x", "nfs": {"server": "10.0.0.1", "path": "/"}}]),
+            "spec.volumes[0].nfs",
+            "external-volumes",
+        ),
+    ] {
+        let err = edit_pod(engine(), path, value.clone(), Capabilities::default()).unwrap_err();
+        assert_eq!(err.category, Category::GuardViolation, "{path}: {err}");
+        assert!(err.message.contains(reported), "{path}: {err}");
+        assert!(err.message.contains("not granted"), "{path}: {err}");
+        // Declared, but above the operator's default ceiling: refused when loading.
+        let mut declared = Capabilities::default();
+        declared.allow(capability).unwrap();
+        let manifest = PolicyManifest {
+            name: "editor".into(),
+            hooks: vec![Hook::Decorate],
+            settings: json!({"mode": "ok"}),
+            capabilities: declared.clone(),
+            ..PolicyManifest::default()
+        };
+        let err = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap_err();
+        assert!(err.message.contains("not allowed by the operator"), "{err}");
+        // Declared and allowed: the change goes through.
+        edit_pod(permissive_engine(), path, value, declared).expect("granted");
+    }
+    // A host path: only under a granted prefix, and only read-only.
+    let driver = Capabilities {
+        host_paths: vec!["/home/kubernetes/bin/nvidia".into()],
+        ..Capabilities::default()
+    };
+    let with_mount = |host: &str, mount: Value| {
+        let mut pod = operator_pod();
+        pod["spec"]["volumes"] = json!([{"name": "x", "hostPath": {"path": host}}]);
+        pod["spec"]["containers"][0]["volumeMounts"] = json!([mount]);
+        pod
+    };
+    let whole = |host: &str, mount: Value| {
+        edit_pod(
+            engine(),
+            "/spec",
+            with_mount(host, mount)["spec"].clone(),
+            driver.clone(),
+        )
+    };
+    assert!(whole("/home/kubernetes/bin/nvidia", mount.clone()).is_ok());
+    let err = whole("/", mount.clone()).unwrap_err();
+    assert!(err.message.contains("spec.volumes[0].hostPath"), "{err}");
+    let err = whole(
+        "/home/kubernetes/bin/nvidia",
+        json!({"name": "x", "mountPath": "/x"}),
+    )
+    .unwrap_err();
+    assert!(err.message.contains("readOnly"), "{err}");
+}
+
+fn classify_with(
+    verdict_phase: &str,
+    failure: tfjob_policy_engine::FailurePolicy,
+    pod: &Pod,
+) -> Result<tfjob_planner::Verdict, tfjob_planner::PolicyError> {
+    let manifest = PolicyManifest {
+        name: "liar".into(),
+        hooks: vec![Hook::Classify],
+        failure_policy: failure,
+        settings: json!({"mode": "verdict", "phase": verdict_phase}),
+        ..PolicyManifest::default()
+    };
+    let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).unwrap();
+    WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    )
+    .classify(&ctx(), pod, jiff::Timestamp::UNIX_EPOCH)
+}
+
+#[test]
+fn a_verdict_that_contradicts_the_pod_is_invalid_output() {
+    use tfjob_policy_engine::FailurePolicy;
+    let running = base_pod();
+    let err = classify_with("succeeded", FailurePolicy::Fail, &running).unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    assert!(
+        err.message
+            .contains("verdict succeeded contradicts the pod"),
+        "{err}"
+    );
+    // Under Ignore the operator's own classification stands in.
+    let v = classify_with("succeeded", FailurePolicy::Ignore, &running).unwrap();
+    assert_eq!(v.phase, tfjob_planner::VerdictPhase::Running);
+    // A finished pod cannot be read as still running.
+    let mut failed = pod();
+    failed["status"] = json!({"phase": "Failed"});
+    let failed: Pod = serde_json::from_value(failed).unwrap();
+    let err = classify_with("running", FailurePolicy::Fail, &failed).unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    // What the pod supports passes.
+    let v = classify_with("retryable-failure", FailurePolicy::Fail, &running).unwrap();
+    assert_eq!(v.phase, tfjob_planner::VerdictPhase::RetryableFailure);
 }

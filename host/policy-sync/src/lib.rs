@@ -6,12 +6,15 @@
 //! `validate-settings`, all in `tfjob_policy_engine::configmap`), and swaps the registry
 //! snapshot atomically: reconciles in flight finish with the snapshot they started with. A
 //! version that fails keeps the previous one serving ([`sources`] holds those rules), and every
-//! ConfigMap carries its status in the `policy.tfjob.dev/status` annotation.
+//! ConfigMap carries its status in the `policy.tfjob.dev/status` annotation. [`scope`] bounds what
+//! a ConfigMap may reach by the namespace it lives in.
 
 pub mod metrics;
+pub mod scope;
 pub mod sources;
 pub mod watch;
 
 pub use metrics::SyncMetrics;
+pub use scope::Scope;
 pub use sources::{Attempt, Composition, SourceKey, Sources};
 pub use watch::{PolicySync, SyncConfig, fingerprint};

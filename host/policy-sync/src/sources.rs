@@ -80,6 +80,28 @@ pub struct Composition {
     pub statuses: BTreeMap<SourceKey, PolicyStatus>,
 }
 
+/// The ConfigMaps beyond `max` in their namespace: each namespace keeps its `max` oldest
+/// (by creation, then name), so a flood of new ConfigMaps cannot push out what already serves.
+pub fn over_cap(
+    observed: &[(SourceKey, Option<Timestamp>)],
+    max: usize,
+) -> std::collections::BTreeSet<SourceKey> {
+    let mut by_namespace: BTreeMap<&str, Vec<(Option<Timestamp>, &SourceKey)>> = BTreeMap::new();
+    for (key, created) in observed {
+        by_namespace
+            .entry(key.namespace.as_str())
+            .or_default()
+            .push((*created, key));
+    }
+    by_namespace
+        .into_values()
+        .flat_map(|mut keys| {
+            keys.sort();
+            keys.into_iter().skip(max).map(|(_, k)| k.clone())
+        })
+        .collect()
+}
+
 /// Every policy ConfigMap seen, with its serving and latest versions.
 #[derive(Default)]
 pub struct Sources {
@@ -212,11 +234,19 @@ impl Sources {
                         loaded_at: None,
                         error: Some(format!("{error} (never loaded: the policy is not applied)")),
                         resource_version: None,
+                        scope: None,
+                        granted: None,
                     }
                 }
             };
+            let granted = source
+                .serving
+                .as_ref()
+                .map(|s| s.policy.allowed.grants().clone())
+                .filter(|g| !g.is_empty());
             let status = PolicyStatus {
                 resource_version: source.version.clone(),
+                granted,
                 ..status
             };
             statuses.insert(key.clone(), status);
@@ -273,6 +303,26 @@ mod tests {
             limits: base.limits,
             compiled: Arc::clone(&base.compiled),
         })
+    }
+
+    #[test]
+    fn each_namespace_keeps_its_oldest_configmaps_up_to_the_cap() {
+        let k = |ns: &str, name: &str| SourceKey {
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let observed = vec![
+            (k("a", "new"), Some(at(30))),
+            (k("a", "old"), Some(at(10))),
+            (k("a", "mid"), Some(at(20))),
+            (k("b", "only"), Some(at(40))),
+        ];
+        assert_eq!(
+            over_cap(&observed, 2),
+            std::collections::BTreeSet::from([k("a", "new")])
+        );
+        assert!(over_cap(&observed, 3).is_empty());
+        assert_eq!(over_cap(&observed, 0).len(), 4);
     }
 
     fn key(name: &str) -> SourceKey {

@@ -20,12 +20,14 @@ use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
+use tfjob_planner::call_watch::CallWatch;
 use tfjob_policy_engine::configmap::{self, POLICY_LABEL, PolicyState, STATUS_ANNOTATION};
-use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicySet, Registry};
+use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicyManifest, PolicySet, Registry};
 use tokio::sync::watch;
 
 use crate::metrics::SyncMetrics;
-use crate::sources::{Attempt, SourceKey, Sources};
+use crate::scope::Scope;
+use crate::sources::{self, Attempt, SourceKey, Sources};
 
 /// What the sync watches and what it composes with.
 pub struct SyncConfig {
@@ -36,6 +38,25 @@ pub struct SyncConfig {
     pub defaults: Vec<Arc<ActivePolicy>>,
     /// Name of this operator instance in events.
     pub instance: Option<String>,
+    /// Policy namespaces whose ConfigMaps reach the whole cluster; the others reach their own
+    /// namespace only (see [`crate::scope`]).
+    pub cluster_namespaces: BTreeSet<String>,
+    /// Policy ConfigMaps loaded per namespace at most; the newest beyond it are `Rejected`.
+    pub max_per_namespace: usize,
+    /// Longest wait for one ConfigMap to load (compilation included).
+    pub load_bound: std::time::Duration,
+}
+
+/// The default of [`SyncConfig::max_per_namespace`].
+pub const MAX_PER_NAMESPACE: usize = 64;
+/// The default of [`SyncConfig::load_bound`]: compiling a 4 MiB module takes a few seconds.
+pub const LOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn source_key(cm: &ConfigMap) -> SourceKey {
+    SourceKey {
+        namespace: cm.namespace().unwrap_or_default(),
+        name: cm.name_any(),
+    }
 }
 
 /// Keeps `registry` equal to the defaults composed with the policy ConfigMaps.
@@ -130,26 +151,54 @@ impl PolicySync {
     }
 
     /// Loads what changed, swaps the snapshot, and brings every ConfigMap's status up to date.
+    /// Changed ConfigMaps load concurrently, each swapped in as soon as it is done, so a slow
+    /// one delays no other.
     async fn sync(&mut self, stores: &[Store<ConfigMap>]) {
         let observed: Vec<Arc<ConfigMap>> = stores.iter().flat_map(|s| s.state()).collect();
         let mut changed = false;
         let mut seen = BTreeSet::new();
+        let keys: Vec<(SourceKey, Option<Timestamp>)> = observed
+            .iter()
+            .map(|cm| {
+                (
+                    source_key(cm),
+                    cm.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                )
+            })
+            .collect();
+        let over_cap = sources::over_cap(&keys, self.config.max_per_namespace);
+        let mut loads = futures::stream::FuturesUnordered::new();
         for cm in &observed {
-            let key = SourceKey {
-                namespace: cm.namespace().unwrap_or_default(),
-                name: cm.name_any(),
-            };
+            let key = source_key(cm);
             seen.insert(key.clone());
+            let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let version = cm.metadata.resource_version.clone();
+            if over_cap.contains(&key) {
+                // Recorded under a fingerprint of its own, so the ConfigMap loads once the
+                // namespace is back under the cap.
+                let print = format!("over-cap:{}", fingerprint(cm));
+                if !self.sources.is_current(&key, &print) {
+                    let error = format!(
+                        "namespace {} holds more than {} policy ConfigMaps; the newest ones are \
+                         not loaded (--policy-max-per-namespace)",
+                        key.namespace, self.config.max_per_namespace
+                    );
+                    tracing::warn!(configmap = %key, "{error}");
+                    self.metrics.rejected("cap", std::time::Duration::ZERO);
+                    let manifest = configmap::read_manifest(cm).map(Box::new);
+                    let attempt = Attempt::Failed { manifest, error };
+                    self.sources
+                        .record(key, print, created, version, attempt, Timestamp::now());
+                    changed = true;
+                }
+                continue;
+            }
             let print = fingerprint(cm);
             if self.sources.is_current(&key, &print) {
                 continue;
             }
-            let attempt = self.load(&key, cm).await;
-            let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            let version = cm.metadata.resource_version.clone();
-            self.sources
-                .record(key, print, created, version, attempt, Timestamp::now());
-            changed = true;
+            let load = self.load(key.clone(), Arc::clone(cm));
+            loads.push(async move { (key, print, created, version, load.await) });
         }
         let gone: Vec<SourceKey> = self
             .sources
@@ -166,11 +215,13 @@ impl PolicySync {
         if changed {
             self.swap();
         }
+        while let Some((key, print, created, version, attempt)) = loads.next().await {
+            self.sources
+                .record(key, print, created, version, attempt, Timestamp::now());
+            self.swap();
+        }
         for cm in &observed {
-            let key = SourceKey {
-                namespace: cm.namespace().unwrap_or_default(),
-                name: cm.name_any(),
-            };
+            let key = source_key(cm);
             if let Some(status) = self.statuses.get(&key).cloned() {
                 self.report(cm, &key, &status).await;
             }
@@ -192,39 +243,97 @@ impl PolicySync {
             tracing::debug!(dropped, "compiled policies no longer used were dropped");
         }
         self.statuses = composition.statuses;
+        for (key, status) in &mut self.statuses {
+            status.scope =
+                Some(Scope::of(&key.namespace, &self.config.cluster_namespaces).to_string());
+        }
     }
 
-    /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work).
-    async fn load(&self, key: &SourceKey, cm: &Arc<ConfigMap>) -> Attempt {
+    /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work),
+    /// confined to the scope of its namespace. The wait is bounded: by the engine's call bound
+    /// while `validate-settings` runs, and by [`SyncConfig::load_bound`] for the whole load
+    /// (compiling a crafted module cannot be interrupted, so its thread is left to finish and
+    /// its result is discarded).
+    fn load(&self, key: SourceKey, cm: Arc<ConfigMap>) -> impl Future<Output = Attempt> + use<> {
         let engine = Arc::clone(&self.engine);
-        let cm = Arc::clone(cm);
-        let started = Instant::now();
-        let outcome = tokio::task::spawn_blocking(move || {
-            let manifest = configmap::read_manifest(&cm).map(Box::new);
-            (configmap::load(&engine, &cm), manifest)
-        })
-        .await;
-        let took = started.elapsed();
-        match outcome {
-            Ok((Ok(policy), _)) => {
-                tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
-                self.metrics.loaded(took);
-                Attempt::Loaded(Arc::new(policy))
-            }
-            Ok((Err(e), manifest)) => {
-                tracing::warn!(configmap = %key, step = e.step(), error = %e, "policy rejected");
-                self.metrics.rejected(e.step(), took);
-                Attempt::Failed {
-                    manifest,
-                    error: e.to_string(),
+        let metrics = self.metrics.clone();
+        let scope = Scope::of(&key.namespace, &self.config.cluster_namespaces);
+        let builtin: Vec<String> = self
+            .config
+            .defaults
+            .iter()
+            .map(|d| d.name().to_owned())
+            .collect();
+        let cluster_wide = self.config.cluster_namespaces.clone();
+        let load_bound = self.config.load_bound;
+        async move {
+            let call_bound = engine.limits().call_bound();
+            let started = Instant::now();
+            let watch = CallWatch::new();
+            let mut task = {
+                let watch = watch.clone();
+                let cm = Arc::clone(&cm);
+                tokio::task::spawn_blocking(move || {
+                    watch.attach(|| {
+                        let confine = |manifest: &mut PolicyManifest| {
+                            scope.confine(
+                                manifest,
+                                builtin.iter().map(String::as_str),
+                                &cluster_wide,
+                            )
+                        };
+                        let loaded = match configmap::read_configmap(&cm) {
+                            Err(e) => Err((e.step(), e.to_string())),
+                            Ok(mut source) => match confine(&mut source.manifest) {
+                                Err(e) => Err(("scope", e)),
+                                Ok(()) => configmap::activate_source(&engine, source)
+                                    .map_err(|e| (e.step(), e.to_string())),
+                            },
+                        };
+                        let manifest = configmap::read_manifest(&cm)
+                            .and_then(|mut m| confine(&mut m).ok().map(|()| Box::new(m)));
+                        (loaded, manifest)
+                    })
+                })
+            };
+            let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
+            let outcome = loop {
+                tokio::select! {
+                    done = &mut task => break done.map_err(|e| format!("loading failed unexpectedly: {e}")),
+                    _ = check.tick() => {
+                        let overdue = if let Some(running) = watch.overdue(call_bound) {
+                            Some(format!("validate-settings has not returned after {running:?} (the bound is {call_bound:?})"))
+                        } else {
+                            (started.elapsed() > load_bound).then(|| {
+                                format!("loading did not finish within {load_bound:?} (a module that takes this long to compile is refused)")
+                            })
+                        };
+                        if let Some(why) = overdue {
+                            break Ok((Err(("timeout", why)), None));
+                        }
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::error!(configmap = %key, error = %e, "policy load task failed");
-                self.metrics.rejected("internal", took);
-                Attempt::Failed {
-                    manifest: None,
-                    error: format!("loading failed unexpectedly: {e}"),
+            };
+            let took = started.elapsed();
+            match outcome {
+                Ok((Ok(policy), _)) => {
+                    tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
+                    metrics.loaded(took);
+                    Attempt::Loaded(Arc::new(policy))
+                }
+                Ok((Err((step, error)), manifest)) => {
+                    tracing::warn!(configmap = %key, step, error = %error, "policy rejected");
+                    metrics.rejected(step, took);
+                    let manifest = manifest.or_else(|| configmap::read_manifest(&cm).map(Box::new));
+                    Attempt::Failed { manifest, error }
+                }
+                Err(error) => {
+                    tracing::error!(configmap = %key, error = %error, "policy load task failed");
+                    metrics.rejected("internal", took);
+                    Attempt::Failed {
+                        manifest: None,
+                        error,
+                    }
                 }
             }
         }
@@ -292,7 +401,7 @@ impl PolicySync {
             event_time: Some(MicroTime(now)),
             action: Some("LoadPolicy".into()),
             reason: Some(reason.into()),
-            note: Some(truncate(note, 1024)),
+            note: Some(tfjob_api::text::prefix(note, 1024).to_owned()),
             type_: Some(type_.into()),
             regarding: Some(cm.object_ref(&())),
             reporting_controller: Some(REPORTING_CONTROLLER.into()),
@@ -342,15 +451,4 @@ pub fn fingerprint(cm: &ConfigMap) -> String {
         hasher.update([0]);
     }
     hex::encode(hasher.finalize())
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }
