@@ -61,11 +61,28 @@ where
     F: FnOnce(Env, &'static str) -> Fut,
     Fut: Future<Output = ()>,
 {
+    with_policy_namespaces(exclusive, ns, &[], body);
+}
+
+/// [`with_cluster`], with ConfigMap policies also taken from the `team` namespaces (created
+/// too).
+fn with_policy_namespaces<F, Fut>(
+    exclusive: bool,
+    ns: &'static str,
+    team: &'static [&'static str],
+    body: F,
+) where
+    F: FnOnce(Env, &'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let lock = turns();
     let _alone = exclusive.then(|| lock.write().unwrap_or_else(PoisonError::into_inner));
     let _shared = (!exclusive).then(|| lock.read().unwrap_or_else(PoisonError::into_inner));
     common::runtime().block_on(async move {
         let mut options = ClusterOptions::new(common::default_policies());
+        options
+            .policy_namespaces
+            .extend(team.iter().map(|t| (*t).to_owned()));
         options.kubelet = KubeletConfig {
             nodes: 2,
             cpu: "128".into(),
@@ -79,7 +96,7 @@ where
             client: cluster.client(),
             _cluster: cluster,
         };
-        for namespace in [POLICY_NS, ns] {
+        for namespace in [POLICY_NS, ns].iter().chain(team) {
             common::ensure_namespace(&env.client, namespace).await;
         }
         body(env, ns).await;
@@ -313,12 +330,27 @@ impl Env {
         what: &str,
         done: impl Fn(&PolicyStatus) -> bool,
     ) -> PolicyStatus {
-        until(&format!("{what} on ConfigMap {name}"), WAIT, || async {
-            match self.status(POLICY_NS, name).await {
-                Some(s) if done(&s) => Ok(s),
-                other => Err(format!("{other:?}")),
-            }
-        })
+        self.until_status_in(POLICY_NS, name, what, done).await
+    }
+
+    /// [`Env::until_status`] for a ConfigMap in `namespace`.
+    async fn until_status_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        what: &str,
+        done: impl Fn(&PolicyStatus) -> bool,
+    ) -> PolicyStatus {
+        until(
+            &format!("{what} on ConfigMap {namespace}/{name}"),
+            WAIT,
+            || async {
+                match self.status(namespace, name).await {
+                    Some(s) if done(&s) => Ok(s),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
         .await
     }
 
@@ -968,5 +1000,177 @@ fn a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads() {
         assert_eq!(label(&pod, "gate"), Some("passed"));
         assert!(applied(&pod).contains("gatekeeper@"), "{}", applied(&pod));
         env.until_succeeded(ns, "gated").await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sandbox against hostile ConfigMaps, and namespaced policies
+
+/// A ConfigMap of the hostile test policy for `hooks` in `settings`.
+fn hostile(
+    name: &str,
+    hooks: Vec<Hook>,
+    failure_policy: FailurePolicy,
+    settings: Value,
+) -> ConfigMap {
+    pack(
+        PolicyManifest {
+            name: name.to_owned(),
+            hooks,
+            failure_policy,
+            settings,
+            ..PolicyManifest::default()
+        },
+        defaults::HOSTILE_POLICY_WASM,
+    )
+}
+
+/// A decoration policy that sleeps in every call under `Ignore` does not stop or hold up pod
+/// creation: each call ends at its deadline as a timeout, the policy is skipped with an event,
+/// and every job runs to success.
+#[test]
+fn a_sleeping_ignored_decorator_does_not_stop_pod_creation() {
+    with_cluster(false, "sleepy", |env, ns| async move {
+        let cm = hostile(
+            "sleepy",
+            vec![Hook::Decorate],
+            FailurePolicy::Ignore,
+            json!({"mode": "sleep"}),
+        );
+        env.create_active(&cm, defaults::HOSTILE_POLICY_WASM).await;
+        let jobs = ["s0", "s1", "s2", "s3", "s4", "s5"];
+        for job in jobs {
+            env.submit(ns, job, &[]).await;
+        }
+        for job in jobs {
+            let pod = env.until_pod(ns, job).await;
+            assert_eq!(
+                common::env(&pod, "TFJOB_NAME").as_deref(),
+                Some(job),
+                "the defaults still decorate"
+            );
+            assert!(!applied(&pod).contains("sleepy@"), "{}", applied(&pod));
+        }
+        let note = env.until_job_event(ns, "s0", "PolicyIgnored").await;
+        assert!(note.contains("timeout"), "{note}");
+        for job in jobs {
+            env.until_succeeded(ns, job).await;
+        }
+    });
+}
+
+/// A policy whose `validate-settings` sleeps ends `Rejected` with a timeout, and a good policy
+/// applied after it loads as usual. (Under `Ignore`: a `Fail` policy that never loaded would
+/// hold the jobs it selects, as `a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads`
+/// shows.)
+#[test]
+fn a_sleeping_validate_settings_is_rejected_and_the_next_policy_loads() {
+    with_cluster(false, "settle", |env, ns| async move {
+        let cm = hostile(
+            "sleeps-in-settings",
+            vec![Hook::Decorate],
+            FailurePolicy::Ignore,
+            json!({"mode": "sleep-in-settings"}),
+        );
+        let name = env.create_cm(&cm).await.name_any();
+        let status = env
+            .until_status(&name, "state Rejected", |s| {
+                s.state == PolicyState::Rejected
+            })
+            .await;
+        let error = status.error.unwrap_or_default();
+        assert!(error.contains("timeout"), "{error}");
+        assert!(error.contains("may not block past its deadline"), "{error}");
+        let good = pack(
+            decorate_with_labels(json!({"after": "sleeper"})),
+            module(DECORATE),
+        );
+        env.create_active(&good, module(DECORATE)).await;
+        let pod = env.run_job(ns, "after").await;
+        assert_eq!(label(&pod, "after"), Some("sleeper"));
+    });
+}
+
+/// A policy from a team's namespace shapes that team's jobs only: selecting another team's
+/// namespace or replacing a built-in is refused with the reason, and its name carries the
+/// namespace.
+#[test]
+fn a_team_namespace_policy_stays_in_its_namespace() {
+    with_policy_namespaces(false, "team-b", &["team-a"], |env, team_b| async move {
+        let team_a = "team-a";
+        let labelling = |name: &str, namespaces: &[&str]| PolicyManifest {
+            name: name.to_owned(),
+            hooks: vec![Hook::Decorate],
+            settings: json!({"defaultLabels": {"shaped-by": "team-a"}}),
+            selector: JobSelector {
+                namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+                ..JobSelector::default()
+            },
+            // Fail: a refused one must still hold no job of another namespace.
+            failure_policy: FailurePolicy::Fail,
+            ..PolicyManifest::default()
+        };
+        let own = pack_in(labelling("labels", &[]), module(DECORATE), team_a, false);
+        let own = env.create_cm(&own).await.name_any();
+        let status = env
+            .until_status_in(team_a, &own, "state Active", |s| {
+                s.state == PolicyState::Active
+            })
+            .await;
+        assert_eq!(
+            status.scope.as_deref(),
+            Some("namespace:team-a"),
+            "{status:?}"
+        );
+
+        // Reaching into team-b, and replacing the default decoration, are refused.
+        let reaching = pack_in(
+            labelling("reach", &[team_b]),
+            module(DECORATE),
+            team_a,
+            false,
+        );
+        let reaching = env.create_cm(&reaching).await.name_any();
+        let status = env
+            .until_status_in(team_a, &reaching, "state Rejected", |s| {
+                s.state == PolicyState::Rejected
+            })
+            .await;
+        let error = status.error.unwrap_or_default();
+        assert!(error.contains("selector.namespaces"), "{error}");
+        assert!(error.contains("team-b"), "{error}");
+        let replacing = pack_in(
+            decorate_with_labels(json!({"shaped-by": "team-a-default"})),
+            module(DECORATE),
+            team_a,
+            false,
+        );
+        let replacing = env.create_cm(&replacing).await.name_any();
+        let status = env
+            .until_status_in(team_a, &replacing, "state Rejected", |s| {
+                s.state == PolicyState::Rejected
+            })
+            .await;
+        let error = status.error.unwrap_or_default();
+        assert!(error.contains("is a built-in policy"), "{error}");
+
+        // Team a's job is shaped by its policy (and still by the defaults); team b's is not.
+        let a_pod = env.run_job(team_a, "mine").await;
+        assert_eq!(label(&a_pod, "shaped-by"), Some("team-a"));
+        assert!(
+            applied(&a_pod).contains("team-a/labels@"),
+            "{}",
+            applied(&a_pod)
+        );
+        assert_eq!(common::env(&a_pod, "TFJOB_NAME").as_deref(), Some("mine"));
+        let b_pod = env.run_job(team_b, "theirs").await;
+        assert_eq!(
+            label(&b_pod, "shaped-by"),
+            None,
+            "team a's policy reached team b"
+        );
+        assert_eq!(common::env(&b_pod, "TFJOB_NAME").as_deref(), Some("theirs"));
+        env.until_succeeded(team_a, "mine").await;
+        env.until_succeeded(team_b, "theirs").await;
     });
 }

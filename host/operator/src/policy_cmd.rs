@@ -34,10 +34,17 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  tfjob-operator policy test --policy default --hook classify --input failed-pod.yaml --now 2026-01-01T00:05:00Z\n  tfjob-operator policy test --policy gpu.wasm --hook decorate --input pod.yaml --settings @gpu-settings.json\n  tfjob-operator policy test --policy default:default-resources --hook resources --input pod.yaml --container tensorflow"
     )]
     Test(TestArgs),
-    /// Print a policy module's size, digest, hooks, imports and exports.
+    /// Print a policy module's size, digest, hooks, imports and exports; with `--manifest`,
+    /// also what the policy declares and would be granted under the ceiling.
     Inspect {
         /// The `.wasm` component.
         policy: PathBuf,
+        /// The policy's manifest (`policy.yaml`).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+        /// The operator's ceiling to grant under (as `run` takes it).
+        #[command(flatten)]
+        ceiling: crate::policy_setup::CeilingArgs,
     },
     /// Print a policy as a ConfigMap for the operator (YAML), after checking that it loads.
     #[command(
@@ -167,7 +174,11 @@ pub struct TestArgs {
 pub fn main(cmd: PolicyCommand) -> ExitCode {
     let result = match cmd {
         PolicyCommand::Test(args) => test(&args).map(Printed::Json),
-        PolicyCommand::Inspect { policy } => inspect(&policy).map(Printed::Json),
+        PolicyCommand::Inspect {
+            policy,
+            manifest,
+            ceiling,
+        } => inspect(&policy, manifest.as_deref(), &ceiling).map(Printed::Json),
         PolicyCommand::Pack(args) => pack(&args).map(Printed::Text),
         PolicyCommand::List(args) => list(&args).map(Printed::Text),
     };
@@ -425,7 +436,11 @@ fn resources(
     serde_json::from_str(&out).context("the policy's resources are not JSON")
 }
 
-fn inspect(path: &Path) -> anyhow::Result<Value> {
+fn inspect(
+    path: &Path,
+    manifest: Option<&Path>,
+    ceiling: &crate::policy_setup::CeilingArgs,
+) -> anyhow::Result<Value> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let engine = engine()?;
     let policy = engine
@@ -437,7 +452,7 @@ fn inspect(path: &Path) -> anyhow::Result<Value> {
             path.display()
         );
     }
-    Ok(json!({
+    let mut out = json!({
         "file": path.display().to_string(),
         "size": policy.size,
         "sha256": policy.digest,
@@ -445,7 +460,25 @@ fn inspect(path: &Path) -> anyhow::Result<Value> {
         "validatesSettings": policy.validates_settings(),
         "imports": policy.imports,
         "exports": policy.exports,
-    }))
+    });
+    if let Some(file) = manifest {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("--manifest: reading {}", file.display()))?;
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("policy");
+        let m = PolicyManifest::from_yaml(&text, name)
+            .map_err(|e| anyhow!("--manifest {}: {e}", file.display()))?;
+        out["capabilities"] = json!({
+            "declared": m.capabilities,
+            "granted": match m.validate(&ceiling.ceiling()?) {
+                Ok(allowed) => json!(allowed.grants()),
+                Err(e) => json!({"refused": e.to_string()}),
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// Builds the ConfigMap, then loads it as the operator would: whatever `load` refuses, `pack`

@@ -637,6 +637,29 @@ fn inspect_describes_a_policy_module() {
     assert_eq!(sha, hex::encode(Sha256::digest(HOSTILE_POLICY_WASM)));
     assert_eq!(out["hooks"], json!(["decorate", "resources", "classify"]));
     assert_eq!(out["validatesSettings"], true);
+    // With its manifest: what it declares, and what the ceiling grants of it.
+    let manifest = write(
+        dir.path(),
+        "policy.yaml",
+        b"hooks: [decorate]\ncapabilities: {secrets: true, hostPaths: [/home/kubernetes/bin/nvidia/lib64]}\n",
+    );
+    let out = success(&["policy", "inspect", &hostile, "--manifest", &manifest]);
+    assert_eq!(out["capabilities"]["declared"]["secrets"], true);
+    let refused = out["capabilities"]["granted"]["refused"].as_str().unwrap();
+    assert!(refused.contains("capabilities.secrets"), "{refused}");
+    let out = success(&[
+        "policy",
+        "inspect",
+        &hostile,
+        "--manifest",
+        &manifest,
+        "--policy-allow",
+        "secrets",
+    ]);
+    assert_eq!(
+        out["capabilities"]["granted"],
+        json!({"secrets": true, "hostPaths": ["/home/kubernetes/bin/nvidia/lib64"]})
+    );
     let exports: Vec<&str> = out["exports"]
         .as_array()
         .unwrap()

@@ -207,6 +207,10 @@ impl PolicyEngine {
                 ),
             ));
         }
+        // Text (WAT) is turned into binary first, so the shape check sees what gets compiled.
+        let binary = wat::parse_bytes(wasm)
+            .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
+        crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
         let digest = hex::encode(Sha256::digest(wasm));
         // The map lock is held only to find the digest's slot; compiling (hundreds of
         // milliseconds) holds the slot's lock, so other digests compile in parallel.
@@ -221,7 +225,7 @@ impl PolicyEngine {
         if let Some(hit) = &*cached {
             return Ok(Arc::clone(hit));
         }
-        match self.compile_uncached(wasm, digest.clone()) {
+        match self.compile_uncached(&binary, wasm.len(), digest.clone()) {
             Ok(compiled) => {
                 *cached = Some(Arc::clone(&compiled));
                 Ok(compiled)
@@ -257,6 +261,7 @@ impl PolicyEngine {
     fn compile_uncached(
         &self,
         wasm: &[u8],
+        size: usize,
         digest: String,
     ) -> Result<Arc<CompiledPolicy>, EvalError> {
         let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
@@ -273,7 +278,7 @@ impl PolicyEngine {
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
         Ok(Arc::new(CompiledPolicy {
             digest,
-            size: wasm.len(),
+            size,
             imports,
             exports,
             decorate: decorate::GuestIndices::new(&pre).ok(),

@@ -26,6 +26,7 @@ pub use engine::{CompiledPolicy, Hook, LimitedEngine, PolicyEngine};
 pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
+pub mod structure;
 pub mod verdict_guard;
 
 pub use metrics::PolicyMetrics;

@@ -963,3 +963,21 @@ fn a_verdict_that_contradicts_the_pod_is_invalid_output() {
     let v = classify_with("retryable-failure", FailurePolicy::Fail, &running).unwrap();
     assert_eq!(v.phase, tfjob_planner::VerdictPhase::RetryableFailure);
 }
+
+#[test]
+fn a_module_crafted_to_compile_slowly_is_refused_before_compiling() {
+    // One function with 20,000 locals (register allocation grows faster than linearly), as a
+    // component and as text: both are refused by the shape check, before Cranelift sees them.
+    let wat = format!(
+        "(component (core module (func (local {}) (local.get 0) drop)))",
+        "i32 ".repeat(20_000)
+    );
+    for bytes in [wat::parse_str(&wat).unwrap(), wat.clone().into_bytes()] {
+        let err = engine().compile(&bytes).unwrap_err();
+        assert_eq!(err.category, Category::Link, "{err}");
+        assert!(err.message.contains("locals"), "{err}");
+        assert!(err.message.contains("refused before compiling"), "{err}");
+    }
+    // The engine goes on compiling and serving other modules.
+    assert!(decorate("ok").is_ok());
+}

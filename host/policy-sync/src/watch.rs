@@ -266,33 +266,28 @@ impl PolicySync {
             .collect();
         let cluster_wide = self.config.cluster_namespaces.clone();
         let load_bound = self.config.load_bound;
+        let confine = Arc::new(move |manifest: &mut PolicyManifest| {
+            scope.confine(manifest, builtin.iter().map(String::as_str), &cluster_wide)
+        });
         async move {
             let call_bound = engine.limits().call_bound();
             let started = Instant::now();
+            // The manifest a failure is tied to (so the jobs it selects hear of it) is the
+            // confined one: a team's rejected policy must not hold another namespace's jobs.
+            let manifest = configmap::read_manifest(&cm)
+                .and_then(|mut m| confine(&mut m).ok().map(|()| Box::new(m)));
             let watch = CallWatch::new();
             let mut task = {
                 let watch = watch.clone();
                 let cm = Arc::clone(&cm);
                 tokio::task::spawn_blocking(move || {
-                    watch.attach(|| {
-                        let confine = |manifest: &mut PolicyManifest| {
-                            scope.confine(
-                                manifest,
-                                builtin.iter().map(String::as_str),
-                                &cluster_wide,
-                            )
-                        };
-                        let loaded = match configmap::read_configmap(&cm) {
-                            Err(e) => Err((e.step(), e.to_string())),
-                            Ok(mut source) => match confine(&mut source.manifest) {
-                                Err(e) => Err(("scope", e)),
-                                Ok(()) => configmap::activate_source(&engine, source)
-                                    .map_err(|e| (e.step(), e.to_string())),
-                            },
-                        };
-                        let manifest = configmap::read_manifest(&cm)
-                            .and_then(|mut m| confine(&mut m).ok().map(|()| Box::new(m)));
-                        (loaded, manifest)
+                    watch.attach(|| match configmap::read_configmap(&cm) {
+                        Err(e) => Err((e.step(), e.to_string())),
+                        Ok(mut source) => match confine(&mut source.manifest) {
+                            Err(e) => Err(("scope", e)),
+                            Ok(()) => configmap::activate_source(&engine, source)
+                                .map_err(|e| (e.step(), e.to_string())),
+                        },
                     })
                 })
             };
@@ -309,22 +304,21 @@ impl PolicySync {
                             })
                         };
                         if let Some(why) = overdue {
-                            break Ok((Err(("timeout", why)), None));
+                            break Ok(Err(("timeout", why)));
                         }
                     }
                 }
             };
             let took = started.elapsed();
             match outcome {
-                Ok((Ok(policy), _)) => {
+                Ok(Ok(policy)) => {
                     tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
                     metrics.loaded(took);
                     Attempt::Loaded(Arc::new(policy))
                 }
-                Ok((Err((step, error)), manifest)) => {
+                Ok(Err((step, error))) => {
                     tracing::warn!(configmap = %key, step, error = %error, "policy rejected");
                     metrics.rejected(step, took);
-                    let manifest = manifest.or_else(|| configmap::read_manifest(&cm).map(Box::new));
                     Attempt::Failed { manifest, error }
                 }
                 Err(error) => {
