@@ -212,6 +212,7 @@ impl Sources {
                         loaded_at: None,
                         error: Some(format!("{error} (never loaded: the policy is not applied)")),
                         resource_version: None,
+                        signed_by: None,
                     }
                 }
             };
