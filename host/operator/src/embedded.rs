@@ -17,6 +17,7 @@ use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::requests::RequestStats;
 use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_policy_engine::signature::TrustedKeys;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -37,6 +38,8 @@ pub struct ClusterOptions {
     pub policies: Arc<Policies>,
     /// Namespaces whose labelled ConfigMaps are policies (empty: none).
     pub policy_namespaces: Vec<String>,
+    /// When not empty, policy ConfigMaps load only with a signature by one of these keys.
+    pub trusted_keys: Arc<TrustedKeys>,
     /// Start the operator with the cluster (off for benchmarks that run it as its own process).
     pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
@@ -55,6 +58,7 @@ impl ClusterOptions {
             threads: 4,
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
+            trusted_keys: Arc::default(),
             run_operator: true,
             faults: FaultConfig::default(),
         }
@@ -100,6 +104,7 @@ pub struct EmbeddedCluster {
     threads: u16,
     policies: Arc<Policies>,
     policy_namespaces: Vec<String>,
+    trusted_keys: Arc<TrustedKeys>,
 }
 
 impl EmbeddedCluster {
@@ -148,6 +153,7 @@ impl EmbeddedCluster {
             threads: options.threads,
             policies: options.policies,
             policy_namespaces: options.policy_namespaces,
+            trusted_keys: options.trusted_keys,
         };
         if options.run_operator {
             cluster.start_operator();
@@ -206,6 +212,7 @@ impl EmbeddedCluster {
             threads: self.threads,
             instance: Some("embedded".into()),
             policy_namespaces: self.policy_namespaces.clone(),
+            trusted_keys: Arc::clone(&self.trusted_keys),
             ..OperatorConfig::default()
         };
         let client = self.client.clone();

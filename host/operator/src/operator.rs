@@ -14,6 +14,7 @@ use futures::FutureExt as _;
 use kube::Client;
 use prometheus_client::registry::Registry as MetricsRegistry;
 use tfjob_planner::Settings;
+use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
@@ -35,6 +36,8 @@ pub struct OperatorConfig {
     /// Namespaces whose `policy.tfjob.dev/policy=true` ConfigMaps are policies; empty turns
     /// ConfigMap policies off.
     pub policy_namespaces: Vec<String>,
+    /// When not empty, a policy ConfigMap loads only with a signature by one of these keys.
+    pub trusted_keys: Arc<TrustedKeys>,
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -66,6 +69,14 @@ pub async fn run(
     let sync_task = if config.policy_namespaces.is_empty() {
         None
     } else {
+        for key in config.trusted_keys.iter() {
+            tracing::info!(
+                key = %key.id(),
+                algorithm = key.algorithm(),
+                file = key.file(),
+                "policy modules signed by this key are trusted"
+            );
+        }
         let sync = PolicySync::new(
             client.clone(),
             Arc::clone(&policies.engine),
@@ -74,6 +85,7 @@ pub async fn run(
                 namespaces: config.policy_namespaces.clone(),
                 defaults: policies.builtin.clone(),
                 instance: config.instance.clone(),
+                trusted_keys: Arc::clone(&config.trusted_keys),
             },
             SyncMetrics::register(&mut metrics),
         );

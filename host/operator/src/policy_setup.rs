@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, anyhow};
 use clap::Args;
 use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
+use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{
     ActivePolicy, PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
 };
@@ -34,6 +35,14 @@ pub struct PolicySourceArgs {
     /// Take no policies from ConfigMaps.
     #[arg(long, conflicts_with = "policy_namespaces")]
     pub no_configmap_policies: bool,
+    /// Public key (PEM, ECDSA P-256 or Ed25519) to verify policy modules with; repeatable.
+    /// With any, a policy ConfigMap loads only if its `policy.wasm.sig` verifies against one.
+    #[arg(
+        long = "policy-trusted-key",
+        value_name = "FILE",
+        conflicts_with = "no_configmap_policies"
+    )]
+    pub policy_trusted_keys: Vec<PathBuf>,
 }
 
 impl PolicySourceArgs {
@@ -46,6 +55,19 @@ impl PolicySourceArgs {
         } else {
             self.policy_namespaces.clone()
         }
+    }
+
+    /// Reads the `--policy-trusted-key` files; an unreadable or unsupported key is an error
+    /// naming its file, so the operator does not start trusting fewer keys than it was given.
+    pub fn trusted_keys(&self) -> anyhow::Result<TrustedKeys> {
+        let mut keys = TrustedKeys::none();
+        for path in &self.policy_trusted_keys {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--policy-trusted-key: reading {}", path.display()))?;
+            keys.add_pem(&path.display().to_string(), &text)
+                .map_err(|e| anyhow!("--policy-trusted-key {e}"))?;
+        }
+        Ok(keys)
     }
 }
 

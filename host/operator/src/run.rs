@@ -26,6 +26,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: u32::from(args.threads) * 2,
         ..SandboxLimits::default()
     };
+    let trusted_keys = args.sources.trusted_keys()?;
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let client = client(args.kubeconfig.as_deref()).await?;
     let config = OperatorConfig {
@@ -38,6 +39,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         instance: std::env::var("POD_NAME").ok(),
         policy_namespaces: args.policy_namespaces(),
+        trusted_keys: std::sync::Arc::new(trusted_keys),
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await

@@ -72,6 +72,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         concurrency: u32::from(args.threads) * 2,
         ..SandboxLimits::default()
     };
+    let trusted_keys = Arc::new(args.sources.trusted_keys()?);
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let faults = match &args.faults {
         Some(path) => {
@@ -92,6 +93,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         threads: args.threads,
         policies: Arc::new(policies),
         policy_namespaces: args.sources.namespaces(),
+        trusted_keys,
         run_operator: true,
         faults,
     })

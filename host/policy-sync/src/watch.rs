@@ -20,7 +20,10 @@ use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
-use tfjob_policy_engine::configmap::{self, POLICY_LABEL, PolicyState, STATUS_ANNOTATION};
+use tfjob_policy_engine::configmap::{
+    self, LoadError, POLICY_LABEL, PolicyState, STATUS_ANNOTATION,
+};
+use tfjob_policy_engine::signature::{KeyId, TrustedKeys};
 use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicySet, Registry};
 use tokio::sync::watch;
 
@@ -36,6 +39,8 @@ pub struct SyncConfig {
     pub defaults: Vec<Arc<ActivePolicy>>,
     /// Name of this operator instance in events.
     pub instance: Option<String>,
+    /// When not empty, only modules signed by one of these keys are loaded.
+    pub trusted_keys: Arc<TrustedKeys>,
 }
 
 /// Keeps `registry` equal to the defaults composed with the policy ConfigMaps.
@@ -51,6 +56,8 @@ pub struct PolicySync {
     /// The statuses of the last composition: a ConfigMap whose annotation differs (a write
     /// that failed, an annotation edited by hand) is written again on the next change seen.
     statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
+    /// The key that verified the version each ConfigMap serves (absent: no trusted keys).
+    signers: BTreeMap<SourceKey, KeyId>,
 }
 
 impl PolicySync {
@@ -70,6 +77,7 @@ impl PolicySync {
             sources: Sources::new(),
             reported: BTreeMap::new(),
             statuses: BTreeMap::new(),
+            signers: BTreeMap::new(),
         }
     }
 
@@ -144,7 +152,14 @@ impl PolicySync {
             if self.sources.is_current(&key, &print) {
                 continue;
             }
-            let attempt = self.load(&key, cm).await;
+            let (attempt, signer) = self.load(&key, cm).await;
+            // Only a version that loads replaces the serving one, and with it its signer.
+            if matches!(attempt, Attempt::Loaded(_)) {
+                match signer {
+                    Some(signer) => self.signers.insert(key.clone(), signer),
+                    None => self.signers.remove(&key),
+                };
+            }
             let created = cm.metadata.creation_timestamp.as_ref().map(|t| t.0);
             let version = cm.metadata.resource_version.clone();
             self.sources
@@ -161,6 +176,7 @@ impl PolicySync {
             tracing::info!(configmap = %key, "policy ConfigMap deleted");
             self.sources.remove(&key);
             self.reported.remove(&key);
+            self.signers.remove(&key);
             changed = true;
         }
         if changed {
@@ -192,40 +208,62 @@ impl PolicySync {
             tracing::debug!(dropped, "compiled policies no longer used were dropped");
         }
         self.statuses = composition.statuses;
+        // A status with a digest is about the version that serves.
+        for (key, status) in &mut self.statuses {
+            if status.digest.is_some() {
+                status.signed_by = self.signers.get(key).map(KeyId::to_string);
+            }
+        }
     }
 
     /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work).
-    async fn load(&self, key: &SourceKey, cm: &Arc<ConfigMap>) -> Attempt {
+    /// Also returns the trusted key that verified it, when one did.
+    async fn load(&self, key: &SourceKey, cm: &Arc<ConfigMap>) -> (Attempt, Option<KeyId>) {
         let engine = Arc::clone(&self.engine);
+        let keys = Arc::clone(&self.config.trusted_keys);
         let cm = Arc::clone(cm);
         let started = Instant::now();
         let outcome = tokio::task::spawn_blocking(move || {
-            let manifest = configmap::read_manifest(&cm).map(Box::new);
-            (configmap::load(&engine, &cm), manifest)
+            let loaded = configmap::load_verified(&engine, &cm, &keys);
+            // A refused signature leaves the manifest unread: anyone who can write a ConfigMap
+            // could otherwise make a policy that never loads hold every job it selects.
+            let manifest = match &loaded {
+                Ok(_) | Err(LoadError::Signature(_)) => None,
+                Err(_) => configmap::read_manifest(&cm).map(Box::new),
+            };
+            (loaded, manifest)
         })
         .await;
         let took = started.elapsed();
         match outcome {
-            Ok((Ok(policy), _)) => {
-                tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
+            Ok((Ok((policy, signed)), _)) => {
+                tracing::info!(
+                    configmap = %key,
+                    policy = %policy.label(),
+                    signed_by = signed.key().map(tracing::field::display),
+                    ?took,
+                    "policy loaded"
+                );
                 self.metrics.loaded(took);
-                Attempt::Loaded(Arc::new(policy))
+                (Attempt::Loaded(Arc::new(policy)), signed.key().cloned())
             }
             Ok((Err(e), manifest)) => {
                 tracing::warn!(configmap = %key, step = e.step(), error = %e, "policy rejected");
                 self.metrics.rejected(e.step(), took);
-                Attempt::Failed {
+                let attempt = Attempt::Failed {
                     manifest,
                     error: e.to_string(),
-                }
+                };
+                (attempt, None)
             }
             Err(e) => {
                 tracing::error!(configmap = %key, error = %e, "policy load task failed");
                 self.metrics.rejected("internal", took);
-                Attempt::Failed {
+                let attempt = Attempt::Failed {
                     manifest: None,
                     error: format!("loading failed unexpectedly: {e}"),
-                }
+                };
+                (attempt, None)
             }
         }
     }
