@@ -27,6 +27,7 @@ use tfjob_api::TFJob;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
+use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
     APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode, defaults,
 };
@@ -61,6 +62,19 @@ where
     F: FnOnce(Env, &'static str) -> Fut,
     Fut: Future<Output = ()>,
 {
+    with_cluster_configured(exclusive, ns, |_| {}, body);
+}
+
+/// [`with_cluster`], with the cluster's options changed by `configure` first.
+fn with_cluster_configured<F, Fut>(
+    exclusive: bool,
+    ns: &'static str,
+    configure: impl FnOnce(&mut ClusterOptions),
+    body: F,
+) where
+    F: FnOnce(Env, &'static str) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let lock = turns();
     let _alone = exclusive.then(|| lock.write().unwrap_or_else(PoisonError::into_inner));
     let _shared = (!exclusive).then(|| lock.read().unwrap_or_else(PoisonError::into_inner));
@@ -74,6 +88,7 @@ where
             default_duration: Duration::from_millis(300),
             startup: Duration::from_millis(20),
         };
+        configure(&mut options);
         let cluster = common::start_cluster(options).await;
         let env = Env {
             client: cluster.client(),
@@ -969,4 +984,137 @@ fn a_fail_policy_that_never_loaded_holds_its_jobs_until_it_loads() {
         assert!(applied(&pod).contains("gatekeeper@"), "{}", applied(&pod));
         env.until_succeeded(ns, "gated").await;
     });
+}
+
+/// A P-256 signing key made from `seed` (reproducible; no random source needed).
+fn signing_key(seed: u8) -> SigningKey {
+    use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
+    let secret = p256::ecdsa::SigningKey::from_slice(&[seed; 32]).expect("a valid scalar");
+    let pem = secret.to_pkcs8_pem(LineEnding::LF).expect("encodes");
+    SigningKey::from_pem("test key", &pem).expect("a signing key")
+}
+
+/// `cm` with `policy.wasm.sig`: `key`'s signature of `wasm`.
+fn signed(mut cm: ConfigMap, wasm: &[u8], key: &SigningKey) -> ConfigMap {
+    configmap::set_signature(&mut cm, &key.sign(wasm));
+    cm
+}
+
+/// An operator given a trusted key loads only what that key signed: a module altered after
+/// signing, one signed by another key and an unsigned one are `Rejected` (an unsigned `Fail`
+/// policy selecting every job holds none of them), the signed one serves and its status names
+/// the key; an unsigned update of it keeps the signed version serving.
+#[test]
+fn with_a_trusted_key_only_policies_it_signed_load() {
+    let key = signing_key(1);
+    let stranger = signing_key(2);
+    let mut trusted = TrustedKeys::none();
+    trusted.insert(key.public_key().clone());
+    let key_id = key.public_key().id().to_string();
+    with_cluster_configured(
+        false,
+        "signed",
+        move |options| options.trusted_keys = Arc::new(trusted),
+        |env, ns| async move {
+            let decorate = module(DECORATE);
+            let good = signed(revision("signed"), decorate, &key);
+            let status = env.create_active(&good, decorate).await;
+            let status = env
+                .until_active(&status.name_any(), &digest(decorate))
+                .await;
+            assert_eq!(status.signed_by.as_deref(), Some(key_id.as_str()));
+
+            let labelling = |name: &str, failure_policy| PolicyManifest {
+                name: name.to_owned(),
+                hooks: vec![Hook::Decorate],
+                failure_policy,
+                settings: json!({"defaultLabels": {name: "applied"}}),
+                ..PolicyManifest::default()
+            };
+            // Signed for the resources module (and pinned to it), shipping the decoration one.
+            let tampered = with_module(
+                signed(
+                    pack(
+                        labelling("tampered", FailurePolicy::Ignore),
+                        module(RESOURCES),
+                    ),
+                    module(RESOURCES),
+                    &key,
+                ),
+                decorate,
+            );
+            let foreign = signed(
+                pack(labelling("foreign", FailurePolicy::Ignore), decorate),
+                decorate,
+                &stranger,
+            );
+            // Would hold every job, were an unsigned manifest heeded.
+            let unsigned = pack(labelling("unsigned", FailurePolicy::Fail), decorate);
+            let refused = [
+                (
+                    tampered,
+                    "policy.wasm.sig: signature does not verify against any of 1 trusted key",
+                ),
+                (
+                    foreign,
+                    "policy.wasm.sig: signature does not verify against any of 1 trusted key",
+                ),
+                (unsigned, "unsigned: policy.wasm.sig is missing"),
+            ];
+            for (cm, cause) in &refused {
+                let name = env.create_cm(cm).await.name_any();
+                let status = env
+                    .until_status(&name, &format!("state Rejected naming {cause:?}"), |s| {
+                        s.state == PolicyState::Rejected
+                    })
+                    .await;
+                let error = status.error.clone().unwrap_or_default();
+                assert!(error.starts_with(cause), "[{name}] {status:?}");
+                assert!(error.contains("never loaded"), "[{name}] {status:?}");
+                assert_eq!(status.digest, None, "[{name}] {status:?}");
+                assert_eq!(status.signed_by, None, "[{name}] {status:?}");
+                env.until_cm_event(&name, "PolicyRejected", cause).await;
+            }
+
+            let pod = env.run_job(ns, "shaped").await;
+            assert_eq!(label(&pod, "policy-rev"), Some("signed"));
+            for name in ["tampered", "foreign", "unsigned"] {
+                assert_eq!(label(&pod, name), None, "{name} applied");
+            }
+            env.until_succeeded(ns, "shaped").await;
+            let events = env.events_of(ns, "shaped").await;
+            assert!(
+                !events.iter().any(|(_, r, _)| r.starts_with("Policy")),
+                "{events:?}"
+            );
+
+            // An unsigned update of the signed policy is refused; the signed version serves on.
+            let name = good.name_any();
+            let manifest = &revision("unsigned-update").data.unwrap()[configmap::MANIFEST_KEY];
+            // A merge patch keeps the keys it does not name: the signature is removed by name.
+            let patch = json!({"data": {
+                configmap::MANIFEST_KEY: manifest,
+                configmap::SIGNATURE_KEY: null,
+            }});
+            env.configmaps(POLICY_NS)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("the signature is removed");
+            let status = env
+                .until_status(&name, "state Rejected", |s| {
+                    s.state == PolicyState::Rejected
+                })
+                .await;
+            let error = status.error.clone().unwrap_or_default();
+            assert!(
+                error.starts_with("unsigned: policy.wasm.sig is missing")
+                    && error.contains("still serves"),
+                "{status:?}"
+            );
+            assert_eq!(status.digest.as_deref(), Some(&*digest(decorate)));
+            assert_eq!(status.signed_by.as_deref(), Some(key_id.as_str()));
+            let pod = env.run_job(ns, "after-update").await;
+            assert_eq!(label(&pod, "policy-rev"), Some("signed"));
+        },
+    );
 }
