@@ -20,7 +20,7 @@ use tfjob_planner::PodContext;
 use tfjob_policy_engine::configmap::{self, LoadError, PolicyStatus};
 use tfjob_policy_engine::guard::{self, AllowedPaths};
 use tfjob_policy_engine::policies::{job_context, verdict_from};
-use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
+use tfjob_policy_engine::signature::{self, SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
     CompiledPolicy, FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits,
     defaults,
@@ -92,6 +92,10 @@ pub struct PackArgs {
     /// P-256) into `policy.wasm.sig`, for an operator run with `--policy-trusted-key`.
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
+    /// Put this signature of the module (base64, e.g. the output of `cosign sign-blob --key
+    /// cosign.key P.wasm`) into `policy.wasm.sig` as it is; the operator verifies it.
+    #[arg(long, value_name = "FILE", conflicts_with = "sign_key")]
+    pub signature: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -484,6 +488,13 @@ fn pack(args: &PackArgs) -> anyhow::Result<String> {
     if let Some(signer) = &signer {
         configmap::set_signature(&mut cm, &signer.sign(&wasm));
         trusted.insert(signer.public_key().clone());
+    }
+    if let Some(path) = &args.signature {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--signature: reading {}", path.display()))?;
+        // Only the encoding can be checked here: which keys to trust is the operator's to say.
+        signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
+        configmap::set_signature(&mut cm, &text);
     }
     // Loaded as an operator trusting the signing key would load it.
     configmap::load_verified(&engine()?, &cm, &trusted).map_err(|e| {

@@ -21,7 +21,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tfjob_policy_engine::configmap::{self, PolicyStatus, Signed};
-use tfjob_policy_engine::signature::TrustedKeys;
+use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{FailurePolicy, Hook, PolicyEngine, PolicyMode, SandboxLimits, defaults};
 
 use common::{text, write};
@@ -392,6 +392,52 @@ fn pack_signs_the_module_for_an_operator_that_trusts_the_key() {
             assert_eq!(err.step(), "signature", "{err}");
         }
     }
+}
+
+#[test]
+fn pack_takes_a_signature_made_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = defaults::find("default-classify").unwrap();
+    let [(private, public), _] = key_pairs("cosign");
+    // What `cosign sign-blob --key` prints: base64 of a DER ECDSA signature, and a newline.
+    let made_elsewhere = SigningKey::from_pem("cosign.key", &private)
+        .unwrap()
+        .sign(d.wasm);
+    let sig = write(
+        dir.path(),
+        "policy.wasm.sig",
+        format!("{made_elsewhere}\n").as_bytes(),
+    );
+    let pack = |sig: &str| {
+        run(&[
+            "policy",
+            "pack",
+            "--wasm",
+            "default:default-classify",
+            "--name",
+            "default-classify",
+            "--hooks",
+            "classify",
+            "--gzip",
+            "--signature",
+            sig,
+        ])
+    };
+    let cm = parse(&common::expect_success(&pack(&sig), "pack --signature"));
+    assert_eq!(
+        cm.data.as_ref().unwrap()[configmap::SIGNATURE_KEY],
+        made_elsewhere
+    );
+    let trusted = TrustedKeys::from_pem("cosign.pub", &public).unwrap();
+    let (_, signed) = configmap::load_verified(&engine(), &cm, &trusted).unwrap();
+    assert!(matches!(signed, Signed::By(_)), "{signed:?}");
+
+    let garbled = write(dir.path(), "garbled.sig", b"MEUCIQ*not base64\n");
+    let err = common::expect_failure(&pack(&garbled), "pack --signature garbled");
+    assert!(
+        err.starts_with(&format!("error: --signature {garbled}: invalid base64")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -298,7 +298,7 @@ impl TrustedKeys {
         if self.keys.is_empty() {
             return Err(SignatureError::NoKeys);
         }
-        let signature = decode_base64(signature_b64)?;
+        let signature = decode(signature_b64)?;
         self.keys
             .iter()
             .find(|k| k.verifies(module, &signature))
@@ -315,7 +315,8 @@ impl fmt::Debug for TrustedKeys {
     }
 }
 
-fn decode_base64(text: &str) -> Result<Vec<u8>, SignatureError> {
+/// The bytes of a base64 signature, whitespace ignored; checks the encoding only.
+pub fn decode(text: &str) -> Result<Vec<u8>, SignatureError> {
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     if compact.is_empty() {
         return Err(SignatureError::Empty);
