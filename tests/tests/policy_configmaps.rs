@@ -27,6 +27,7 @@ use tfjob_api::TFJob;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
+use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
     APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode, defaults,
 };
@@ -61,15 +62,14 @@ where
     F: FnOnce(Env, &'static str) -> Fut,
     Fut: Future<Output = ()>,
 {
-    with_policy_namespaces(exclusive, ns, &[], body);
+    with_cluster_configured(exclusive, ns, |_| {}, body);
 }
 
-/// [`with_cluster`], with ConfigMap policies also taken from the `team` namespaces (created
-/// too).
-fn with_policy_namespaces<F, Fut>(
+/// [`with_cluster`], with the cluster's options changed by `configure` first.
+fn with_cluster_configured<F, Fut>(
     exclusive: bool,
     ns: &'static str,
-    team: &'static [&'static str],
+    configure: impl FnOnce(&mut ClusterOptions),
     body: F,
 ) where
     F: FnOnce(Env, &'static str) -> Fut,
@@ -80,9 +80,6 @@ fn with_policy_namespaces<F, Fut>(
     let _shared = (!exclusive).then(|| lock.read().unwrap_or_else(PoisonError::into_inner));
     common::runtime().block_on(async move {
         let mut options = ClusterOptions::new(common::default_policies());
-        options
-            .policy_namespaces
-            .extend(team.iter().map(|t| (*t).to_owned()));
         options.kubelet = KubeletConfig {
             nodes: 2,
             cpu: "128".into(),
@@ -91,12 +88,19 @@ fn with_policy_namespaces<F, Fut>(
             default_duration: Duration::from_millis(300),
             startup: Duration::from_millis(20),
         };
+        configure(&mut options);
+        let namespaces: Vec<String> = options
+            .policy_namespaces
+            .iter()
+            .cloned()
+            .chain([ns.to_owned()])
+            .collect();
         let cluster = common::start_cluster(options).await;
         let env = Env {
             client: cluster.client(),
             _cluster: cluster,
         };
-        for namespace in [POLICY_NS, ns].iter().chain(team) {
+        for namespace in &namespaces {
             common::ensure_namespace(&env.client, namespace).await;
         }
         body(env, ns).await;
@@ -1096,7 +1100,8 @@ fn a_sleeping_validate_settings_is_rejected_and_the_next_policy_loads() {
 /// namespace.
 #[test]
 fn a_team_namespace_policy_stays_in_its_namespace() {
-    with_policy_namespaces(false, "team-b", &["team-a"], |env, team_b| async move {
+    let team_a_too = |o: &mut ClusterOptions| o.policy_namespaces.push("team-a".to_owned());
+    with_cluster_configured(false, "team-b", team_a_too, |env, team_b| async move {
         let team_a = "team-a";
         let labelling = |name: &str, namespaces: &[&str]| PolicyManifest {
             name: name.to_owned(),
@@ -1173,4 +1178,137 @@ fn a_team_namespace_policy_stays_in_its_namespace() {
         env.until_succeeded(team_a, "mine").await;
         env.until_succeeded(team_b, "theirs").await;
     });
+}
+
+/// A P-256 signing key made from `seed` (reproducible; no random source needed).
+fn signing_key(seed: u8) -> SigningKey {
+    use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
+    let secret = p256::ecdsa::SigningKey::from_slice(&[seed; 32]).expect("a valid scalar");
+    let pem = secret.to_pkcs8_pem(LineEnding::LF).expect("encodes");
+    SigningKey::from_pem("test key", &pem).expect("a signing key")
+}
+
+/// `cm` with `policy.wasm.sig`: `key`'s signature of `wasm`.
+fn signed(mut cm: ConfigMap, wasm: &[u8], key: &SigningKey) -> ConfigMap {
+    configmap::set_signature(&mut cm, &key.sign(wasm));
+    cm
+}
+
+/// An operator given a trusted key loads only what that key signed: a module altered after
+/// signing, one signed by another key and an unsigned one are `Rejected` (an unsigned `Fail`
+/// policy selecting every job holds none of them), the signed one serves and its status names
+/// the key; an unsigned update of it keeps the signed version serving.
+#[test]
+fn with_a_trusted_key_only_policies_it_signed_load() {
+    let key = signing_key(1);
+    let stranger = signing_key(2);
+    let mut trusted = TrustedKeys::none();
+    trusted.insert(key.public_key().clone());
+    let key_id = key.public_key().id().to_string();
+    with_cluster_configured(
+        false,
+        "signed",
+        move |options| options.trusted_keys = Arc::new(trusted),
+        |env, ns| async move {
+            let decorate = module(DECORATE);
+            let good = signed(revision("signed"), decorate, &key);
+            let status = env.create_active(&good, decorate).await;
+            let status = env
+                .until_active(&status.name_any(), &digest(decorate))
+                .await;
+            assert_eq!(status.signed_by.as_deref(), Some(key_id.as_str()));
+
+            let labelling = |name: &str, failure_policy| PolicyManifest {
+                name: name.to_owned(),
+                hooks: vec![Hook::Decorate],
+                failure_policy,
+                settings: json!({"defaultLabels": {name: "applied"}}),
+                ..PolicyManifest::default()
+            };
+            // Signed for the resources module (and pinned to it), shipping the decoration one.
+            let tampered = with_module(
+                signed(
+                    pack(
+                        labelling("tampered", FailurePolicy::Ignore),
+                        module(RESOURCES),
+                    ),
+                    module(RESOURCES),
+                    &key,
+                ),
+                decorate,
+            );
+            let foreign = signed(
+                pack(labelling("foreign", FailurePolicy::Ignore), decorate),
+                decorate,
+                &stranger,
+            );
+            // Would hold every job, were an unsigned manifest heeded.
+            let unsigned = pack(labelling("unsigned", FailurePolicy::Fail), decorate);
+            let refused = [
+                (
+                    tampered,
+                    "policy.wasm.sig: signature does not verify against any of 1 trusted key",
+                ),
+                (
+                    foreign,
+                    "policy.wasm.sig: signature does not verify against any of 1 trusted key",
+                ),
+                (unsigned, "unsigned: policy.wasm.sig is missing"),
+            ];
+            for (cm, cause) in &refused {
+                let name = env.create_cm(cm).await.name_any();
+                let status = env
+                    .until_status(&name, &format!("state Rejected naming {cause:?}"), |s| {
+                        s.state == PolicyState::Rejected
+                    })
+                    .await;
+                let error = status.error.clone().unwrap_or_default();
+                assert!(error.starts_with(cause), "[{name}] {status:?}");
+                assert!(error.contains("never loaded"), "[{name}] {status:?}");
+                assert_eq!(status.digest, None, "[{name}] {status:?}");
+                assert_eq!(status.signed_by, None, "[{name}] {status:?}");
+                env.until_cm_event(&name, "PolicyRejected", cause).await;
+            }
+
+            let pod = env.run_job(ns, "shaped").await;
+            assert_eq!(label(&pod, "policy-rev"), Some("signed"));
+            for name in ["tampered", "foreign", "unsigned"] {
+                assert_eq!(label(&pod, name), None, "{name} applied");
+            }
+            env.until_succeeded(ns, "shaped").await;
+            let events = env.events_of(ns, "shaped").await;
+            assert!(
+                !events.iter().any(|(_, r, _)| r.starts_with("Policy")),
+                "{events:?}"
+            );
+
+            // An unsigned update of the signed policy is refused; the signed version serves on.
+            let name = good.name_any();
+            let manifest = &revision("unsigned-update").data.unwrap()[configmap::MANIFEST_KEY];
+            // A merge patch keeps the keys it does not name: the signature is removed by name.
+            let patch = json!({"data": {
+                configmap::MANIFEST_KEY: manifest,
+                configmap::SIGNATURE_KEY: null,
+            }});
+            env.configmaps(POLICY_NS)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("the signature is removed");
+            let status = env
+                .until_status(&name, "state Rejected", |s| {
+                    s.state == PolicyState::Rejected
+                })
+                .await;
+            let error = status.error.clone().unwrap_or_default();
+            assert!(
+                error.starts_with("unsigned: policy.wasm.sig is missing")
+                    && error.contains("still serves"),
+                "{status:?}"
+            );
+            assert_eq!(status.digest.as_deref(), Some(&*digest(decorate)));
+            assert_eq!(status.signed_by.as_deref(), Some(key_id.as_str()));
+            let pod = env.run_job(ns, "after-update").await;
+            assert_eq!(label(&pod, "policy-rev"), Some("signed"));
+        },
+    );
 }

@@ -18,6 +18,7 @@ use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::requests::RequestStats;
 use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_policy_engine::signature::TrustedKeys;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -40,6 +41,8 @@ pub struct ClusterOptions {
     pub policy_namespaces: Vec<String>,
     /// Policy namespaces that reach the whole cluster besides `tfjob-system`.
     pub cluster_policy_namespaces: BTreeSet<String>,
+    /// When not empty, policy ConfigMaps load only with a signature by one of these keys.
+    pub trusted_keys: Arc<TrustedKeys>,
     /// Start the operator with the cluster (off for benchmarks that run it as its own process).
     pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
@@ -59,6 +62,7 @@ impl ClusterOptions {
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
             cluster_policy_namespaces: BTreeSet::new(),
+            trusted_keys: Arc::default(),
             run_operator: true,
             faults: FaultConfig::default(),
         }
@@ -105,6 +109,7 @@ pub struct EmbeddedCluster {
     policies: Arc<Policies>,
     policy_namespaces: Vec<String>,
     cluster_policy_namespaces: BTreeSet<String>,
+    trusted_keys: Arc<TrustedKeys>,
 }
 
 impl EmbeddedCluster {
@@ -154,6 +159,7 @@ impl EmbeddedCluster {
             policies: options.policies,
             policy_namespaces: options.policy_namespaces,
             cluster_policy_namespaces: options.cluster_policy_namespaces,
+            trusted_keys: options.trusted_keys,
         };
         if options.run_operator {
             cluster.start_operator();
@@ -213,6 +219,7 @@ impl EmbeddedCluster {
             instance: Some("embedded".into()),
             policy_namespaces: self.policy_namespaces.clone(),
             cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),
+            trusted_keys: Arc::clone(&self.trusted_keys),
             ..OperatorConfig::default()
         };
         let client = self.client.clone();

@@ -15,6 +15,7 @@ use futures::FutureExt as _;
 use kube::Client;
 use prometheus_client::registry::Registry as MetricsRegistry;
 use tfjob_planner::Settings;
+use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
@@ -45,6 +46,8 @@ pub struct OperatorConfig {
     /// `/healthz` fails while a reconcile runs longer than this [default:
     /// `tfjob_controller::STALL_AFTER`].
     pub stall_after: Option<Duration>,
+    /// When not empty, a policy ConfigMap loads only with a signature by one of these keys.
+    pub trusted_keys: Arc<TrustedKeys>,
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -76,6 +79,14 @@ pub async fn run(
     let sync_task = if config.policy_namespaces.is_empty() {
         None
     } else {
+        for key in config.trusted_keys.iter() {
+            tracing::info!(
+                key = %key.id(),
+                algorithm = key.algorithm(),
+                file = key.file(),
+                "policy modules signed by this key are trusted"
+            );
+        }
         let sync = PolicySync::new(
             client.clone(),
             Arc::clone(&policies.engine),
@@ -94,6 +105,7 @@ pub async fn run(
                     .max_policies_per_namespace
                     .unwrap_or(tfjob_policy_sync::watch::MAX_PER_NAMESPACE),
                 load_bound: tfjob_policy_sync::watch::LOAD_BOUND,
+                trusted_keys: Arc::clone(&config.trusted_keys),
             },
             SyncMetrics::register(&mut metrics),
         );

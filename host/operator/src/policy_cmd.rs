@@ -21,6 +21,7 @@ use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::configmap::{self, LoadError, PolicyStatus};
 use tfjob_policy_engine::guard::{self, AllowedPaths};
 use tfjob_policy_engine::policies::{job_context, verdict_from};
+use tfjob_policy_engine::signature::{self, SigningKey, TrustedKeys};
 use tfjob_policy_engine::verdict_guard;
 use tfjob_policy_engine::{
     CompiledPolicy, FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits,
@@ -48,7 +49,7 @@ pub enum PolicyCommand {
     },
     /// Print a policy as a ConfigMap for the operator (YAML), after checking that it loads.
     #[command(
-        after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
+        after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --sign-key signing.pem\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
     )]
     Pack(PackArgs),
     /// List the policy ConfigMaps of a cluster and the status the operator gave them.
@@ -104,6 +105,14 @@ pub struct PackArgs {
     /// The policy's memory cap per call, at most the operator's (64).
     #[arg(long, value_name = "MIB")]
     pub memory_mib: Option<u64>,
+    /// Sign the module with this private key (PEM: PKCS#8 ECDSA P-256 or Ed25519, or SEC1
+    /// P-256) into `policy.wasm.sig`, for an operator run with `--policy-trusted-key`.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// Put this signature of the module (base64, e.g. the output of `cosign sign-blob --key
+    /// cosign.key P.wasm`) into `policy.wasm.sig` as it is; the operator verifies it.
+    #[arg(long, value_name = "FILE", conflicts_with = "sign_key")]
+    pub signature: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -537,19 +546,46 @@ fn pack(args: &PackArgs) -> anyhow::Result<String> {
         memory_mib: args.memory_mib,
         ..PolicyManifest::default()
     };
-    let cm = configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
-        match e.field.as_str() {
-            "name" => anyhow!("--name {:?}: {}", args.name, e.message),
-            _ => anyhow!("{}: {e}", args.wasm),
+    // Read before anything is built, so that a bad key is reported as such.
+    let signer = match &args.sign_key {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--sign-key: reading {}", path.display()))?;
+            Some(
+                SigningKey::from_pem(&path.display().to_string(), &text)
+                    .map_err(|e| anyhow!("--sign-key {e}"))?,
+            )
         }
-    })?;
+        None => None,
+    };
+    let mut cm =
+        configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
+            match e.field.as_str() {
+                "name" => anyhow!("--name {:?}: {}", args.name, e.message),
+                _ => anyhow!("{}: {e}", args.wasm),
+            }
+        })?;
+    // The signature is over the module itself, not its gzip form: what the operator runs.
+    let mut trusted = TrustedKeys::none();
+    if let Some(signer) = &signer {
+        configmap::set_signature(&mut cm, &signer.sign(&wasm));
+        trusted.insert(signer.public_key().clone());
+    }
+    if let Some(path) = &args.signature {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--signature: reading {}", path.display()))?;
+        // Only the encoding can be checked here: which keys to trust is the operator's to say.
+        signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
+        configmap::set_signature(&mut cm, &text);
+    }
+    // Loaded as an operator trusting the signing key would load it.
     // The capabilities are checked against the cluster's ceiling when the operator loads the
     // ConfigMap; here everything the manifest can declare is allowed.
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: Capabilities::everything(),
         ..SandboxLimits::default()
     })?;
-    configmap::load(&engine, &cm).map_err(|e| {
+    configmap::load_verified(&engine, &cm, &trusted).map_err(|e| {
         let hint = match &e {
             LoadError::Size { .. } if !args.gzip && wasm.len() <= configmap::MAX_WASM_BYTES => {
                 "; pack it with --gzip"

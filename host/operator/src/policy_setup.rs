@@ -11,6 +11,7 @@ use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::config::default_ceiling;
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
+use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{
     ActivePolicy, PolicyEngine, PolicySet, Registry, SandboxLimits, WasmPolicies, defaults,
 };
@@ -83,6 +84,14 @@ pub struct PolicySourceArgs {
     /// `Rejected` with the reason.
     #[arg(long = "policy-max-per-namespace", value_name = "N", default_value_t = tfjob_policy_sync::watch::MAX_PER_NAMESPACE)]
     pub max_per_namespace: usize,
+    /// Public key (PEM, ECDSA P-256 or Ed25519) to verify policy modules with; repeatable.
+    /// With any, a policy ConfigMap loads only if its `policy.wasm.sig` verifies against one.
+    #[arg(
+        long = "policy-trusted-key",
+        value_name = "FILE",
+        conflicts_with = "no_configmap_policies"
+    )]
+    pub policy_trusted_keys: Vec<PathBuf>,
 }
 
 impl PolicySourceArgs {
@@ -101,6 +110,19 @@ impl PolicySourceArgs {
     /// operator starts).
     pub fn cluster_namespaces(&self) -> std::collections::BTreeSet<String> {
         self.cluster_namespaces.iter().cloned().collect()
+    }
+
+    /// Reads the `--policy-trusted-key` files; an unreadable or unsupported key is an error
+    /// naming its file, so the operator does not start trusting fewer keys than it was given.
+    pub fn trusted_keys(&self) -> anyhow::Result<TrustedKeys> {
+        let mut keys = TrustedKeys::none();
+        for path in &self.policy_trusted_keys {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--policy-trusted-key: reading {}", path.display()))?;
+            keys.add_pem(&path.display().to_string(), &text)
+                .map_err(|e| anyhow!("--policy-trusted-key {e}"))?;
+        }
+        Ok(keys)
     }
 }
 

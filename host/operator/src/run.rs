@@ -26,6 +26,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: u32::from(args.threads) * 2,
         ..SandboxLimits::default()
     };
+    let trusted_keys = args.sources.trusted_keys()?;
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let client = client(args.kubeconfig.as_deref()).await?;
     let config = OperatorConfig {
@@ -41,6 +42,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         max_policies_per_namespace: Some(args.sources.max_per_namespace),
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
+        trusted_keys: std::sync::Arc::new(trusted_keys),
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await

@@ -72,6 +72,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         concurrency: u32::from(args.threads) * 2,
         ..SandboxLimits::default()
     };
+    let trusted_keys = Arc::new(args.sources.trusted_keys()?);
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
     let faults = match &args.faults {
         Some(path) => {
@@ -93,6 +94,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         policies: Arc::new(policies),
         policy_namespaces: args.sources.namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
+        trusted_keys,
         run_operator: true,
         faults,
     })

@@ -20,7 +20,8 @@ use kube::api::{Api, PostParams};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use tfjob_policy_engine::configmap::{self, PolicyStatus};
+use tfjob_policy_engine::configmap::{self, PolicyStatus, Signed};
+use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{FailurePolicy, Hook, PolicyEngine, PolicyMode, SandboxLimits, defaults};
 
 use common::{text, write};
@@ -360,6 +361,175 @@ fn pack_refuses_what_the_operator_would_reject() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("unknown hook \"paint\""));
+}
+
+// ---------------------------------------------------------------------------------------------
+// signing
+// ---------------------------------------------------------------------------------------------
+
+/// A P-256 (PKCS#8) and an Ed25519 private key from a fixed seed, as PEM, with the public keys
+/// an operator would trust.
+fn key_pairs(seed: &str) -> [(String, String); 2] {
+    use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+    let bytes = Sha256::digest(seed.as_bytes());
+    let p256 = p256::ecdsa::SigningKey::from_slice(&bytes).unwrap();
+    let ed25519 = ed25519_dalek::SigningKey::from_bytes(&bytes.into());
+    [
+        (
+            p256.to_pkcs8_pem(LineEnding::LF).unwrap().to_string(),
+            p256.verifying_key()
+                .to_public_key_pem(LineEnding::LF)
+                .unwrap(),
+        ),
+        (
+            ed25519.to_pkcs8_pem(LineEnding::LF).unwrap().to_string(),
+            ed25519
+                .verifying_key()
+                .to_public_key_pem(LineEnding::LF)
+                .unwrap(),
+        ),
+    ]
+}
+
+#[test]
+fn pack_signs_the_module_for_an_operator_that_trusts_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine();
+    let d = defaults::find("default-decorate").unwrap();
+    let spec = format!("default:{}", d.name);
+    for (i, (private, public)) in key_pairs("pack").into_iter().enumerate() {
+        let key = write(dir.path(), &format!("key{i}.pem"), private.as_bytes());
+        let trusted = TrustedKeys::from_pem("trusted.pub", &public).unwrap();
+        for gzip in [false, true] {
+            let mut unsigned = vec!["policy", "pack", "--wasm", &spec, "--name", d.name];
+            unsigned.extend(["--hooks", "decorate"]);
+            if gzip {
+                unsigned.push("--gzip");
+            }
+            let mut args = unsigned.clone();
+            args.extend(["--sign-key", &key]);
+            let out = success(&args);
+            let cm = parse(&out);
+            let signature = &cm.data.as_ref().unwrap()[configmap::SIGNATURE_KEY];
+            // Over the module itself, whether or not it is stored compressed.
+            let id = trusted.verify(d.wasm, signature).unwrap();
+            let (_, signed) = configmap::load_verified(&engine, &cm, &trusted)
+                .unwrap_or_else(|e| panic!("key{i} gzip={gzip}: {e}"));
+            assert_eq!(signed, Signed::By(id));
+            // Deterministic signatures keep packing reproducible.
+            assert_eq!(success(&args), out);
+            // Unsigned, the same policy is refused by that operator.
+            let err = configmap::load_verified(&engine, &parse(&success(&unsigned)), &trusted)
+                .unwrap_err();
+            assert_eq!(err.step(), "signature", "{err}");
+        }
+    }
+}
+
+#[test]
+fn pack_takes_a_signature_made_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = defaults::find("default-classify").unwrap();
+    let [(private, public), _] = key_pairs("cosign");
+    // What `cosign sign-blob --key` prints: base64 of a DER ECDSA signature, and a newline.
+    let made_elsewhere = SigningKey::from_pem("cosign.key", &private)
+        .unwrap()
+        .sign(d.wasm);
+    let sig = write(
+        dir.path(),
+        "policy.wasm.sig",
+        format!("{made_elsewhere}\n").as_bytes(),
+    );
+    let pack = |sig: &str| {
+        run(&[
+            "policy",
+            "pack",
+            "--wasm",
+            "default:default-classify",
+            "--name",
+            "default-classify",
+            "--hooks",
+            "classify",
+            "--gzip",
+            "--signature",
+            sig,
+        ])
+    };
+    let cm = parse(&common::expect_success(&pack(&sig), "pack --signature"));
+    assert_eq!(
+        cm.data.as_ref().unwrap()[configmap::SIGNATURE_KEY],
+        made_elsewhere
+    );
+    let trusted = TrustedKeys::from_pem("cosign.pub", &public).unwrap();
+    let (_, signed) = configmap::load_verified(&engine(), &cm, &trusted).unwrap();
+    assert!(matches!(signed, Signed::By(_)), "{signed:?}");
+
+    let garbled = write(dir.path(), "garbled.sig", b"MEUCIQ*not base64\n");
+    let err = common::expect_failure(&pack(&garbled), "pack --signature garbled");
+    assert!(
+        err.starts_with(&format!("error: --signature {garbled}: invalid base64")),
+        "{err}"
+    );
+}
+
+#[test]
+fn pack_refuses_a_key_it_cannot_sign_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let [(_, public), _] = key_pairs("pack");
+    let public = write(dir.path(), "signing.pub", public.as_bytes());
+    let pack = |key: &str| {
+        failure(&[
+            "policy",
+            "pack",
+            "--wasm",
+            "default:default-decorate",
+            "--name",
+            "default-decorate",
+            "--hooks",
+            "decorate",
+            "--sign-key",
+            key,
+        ])
+    };
+    let err = pack(&public);
+    assert!(
+        err.starts_with(&format!(
+            "error: --sign-key {public}: PEM block PUBLIC KEY: expected a private key"
+        )),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.pem");
+    let err = pack(missing.to_str().unwrap());
+    assert!(
+        err.starts_with(&format!("error: --sign-key: reading {}", missing.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_exits_naming_a_trusted_key_file_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let [(private, _), _] = key_pairs("run");
+    let private = write(dir.path(), "private.pem", private.as_bytes());
+    let notes = write(dir.path(), "notes.txt", b"not a key\n");
+    let missing = dir.path().join("missing.pub");
+    for (file, cause) in [
+        (private.as_str(), "expected a public key"),
+        (notes.as_str(), "no PEM block -----BEGIN PUBLIC KEY-----"),
+        (missing.to_str().unwrap(), "reading"),
+    ] {
+        let output = run(&[
+            "run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--policy-trusted-key",
+            file,
+        ]);
+        assert_eq!(output.status.code(), Some(1), "{file}");
+        let err = text(&output.stderr);
+        assert!(err.contains(file) && err.contains(cause), "{file}: {err}");
+        assert!(err.contains("--policy-trusted-key"), "{err}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

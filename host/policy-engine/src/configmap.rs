@@ -4,9 +4,18 @@
 //! under `binaryData` key `policy.wasm` (or gzip-compressed under `policy.wasm.gz`) and its
 //! manifest under `data` key `policy.yaml`. Loading is a pipeline whose every step can refuse
 //! the policy with a [`LoadError`] naming the key or manifest field: size limits, decompression
-//! (bounded while streaming, so a gzip bomb cannot exhaust memory), the manifest, the digest
-//! and its pin, compilation (once per digest, through the engine's cache), the exported hooks,
-//! the per-policy limits and `validate-settings`.
+//! (bounded while streaming, so a gzip bomb cannot exhaust memory), the signature when the
+//! operator trusts keys, the manifest, the digest and its pin, compilation (once per digest,
+//! through the engine's cache), the exported hooks, the per-policy limits and
+//! `validate-settings`.
+//!
+//! A signature (`data` key `policy.wasm.sig`, base64, see [`crate::signature`]) covers the
+//! module as it runs: the decompressed bytes, whichever key stored them, so the same signature
+//! serves `policy.wasm` and `policy.wasm.gz` and `cosign sign-blob policy.wasm` signs what is
+//! shipped. It does not cover the manifest. With trusted keys, a module that is unsigned or
+//! whose signature verifies against none of them is refused before its manifest is even read,
+//! and long before it is compiled; without keys a signature is recorded as unverified and
+//! otherwise ignored.
 //!
 //! Everything here is synchronous and pure apart from the Wasm calls of activation, which are
 //! CPU-heavy: an async caller runs [`load`] on a blocking thread. [`pack`] builds the ConfigMap
@@ -29,6 +38,7 @@ use crate::config::LimitError;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::EvalError;
 use crate::registry::{ActivationError, ActivePolicy, ManifestError, PolicyManifest};
+use crate::signature::{KeyId, SignatureError, TrustedKeys};
 
 /// Label that marks a ConfigMap as a policy (value `"true"`).
 pub const POLICY_LABEL: &str = "policy.tfjob.dev/policy";
@@ -42,6 +52,8 @@ pub const WASM_KEY: &str = "policy.wasm";
 pub const WASM_GZIP_KEY: &str = "policy.wasm.gz";
 /// `data` key of the manifest.
 pub const MANIFEST_KEY: &str = "policy.yaml";
+/// `data` key of the module's signature: base64, over the decompressed module.
+pub const SIGNATURE_KEY: &str = "policy.wasm.sig";
 /// Prefix of the ConfigMap names `pack` gives; a manifest without `name` takes the ConfigMap's
 /// name without it.
 pub const NAME_PREFIX: &str = "tfjob-policy-";
@@ -67,6 +79,9 @@ pub enum LoadError {
     Ambiguous,
     #[error("binaryData key {WASM_GZIP_KEY}: not valid gzip: {message}")]
     Decompress { message: String },
+    /// The operator trusts keys and the module is unsigned or not signed by one of them.
+    #[error("{0}")]
+    Signature(SignatureRejection),
     #[error("data key {MANIFEST_KEY}: {0}")]
     Manifest(ManifestError),
     #[error(
@@ -91,13 +106,14 @@ pub enum LoadError {
 
 impl LoadError {
     /// The step that failed, as a metric label: `size`, `missing`, `ambiguous`, `decompress`,
-    /// `manifest`, `digest`, `compile`, `hooks`, `settings` or `limits`.
+    /// `signature`, `manifest`, `digest`, `compile`, `hooks`, `settings` or `limits`.
     pub fn step(&self) -> &'static str {
         match self {
             LoadError::Size { .. } => "size",
             LoadError::Missing { .. } => "missing",
             LoadError::Ambiguous => "ambiguous",
             LoadError::Decompress { .. } => "decompress",
+            LoadError::Signature(_) => "signature",
             LoadError::Manifest(_) => "manifest",
             LoadError::Digest { .. } => "digest",
             LoadError::Compile(_) => "compile",
@@ -121,7 +137,43 @@ impl From<ActivationError> for LoadError {
     }
 }
 
-/// A policy read from a ConfigMap, checked up to its digest but not compiled.
+/// Why a module's signature was refused (only when the operator trusts keys).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureRejection {
+    #[error(
+        "unsigned: {SIGNATURE_KEY} is missing; the operator loads only modules signed by one \
+         of its trusted keys ({keys} configured){hint}"
+    )]
+    Missing { keys: usize, hint: &'static str },
+    /// Bad base64, or no trusted key verifies it.
+    #[error("{SIGNATURE_KEY}: {0}")]
+    Invalid(SignatureError),
+}
+
+/// What is known of the signature of a module read from a ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Signed {
+    /// No `policy.wasm.sig`.
+    #[default]
+    No,
+    /// A `policy.wasm.sig`, not checked: the reader was given no trusted keys.
+    Unverified,
+    /// Verified with this trusted key.
+    By(KeyId),
+}
+
+impl Signed {
+    /// The key that verified the signature, if one did.
+    pub fn key(&self) -> Option<&KeyId> {
+        match self {
+            Signed::By(key) => Some(key),
+            Signed::No | Signed::Unverified => None,
+        }
+    }
+}
+
+/// A policy read from a ConfigMap, checked up to its digest (and signature, with trusted keys)
+/// but not compiled.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicySource {
     pub manifest: PolicyManifest,
@@ -129,6 +181,7 @@ pub struct PolicySource {
     pub wasm: Vec<u8>,
     /// Lower-case hex sha256 of `wasm`.
     pub digest: String,
+    pub signed: Signed,
 }
 
 /// The manifest alone, when it reads and validates, whatever the state of the module: a
@@ -145,8 +198,16 @@ pub fn read_manifest(cm: &ConfigMap) -> Option<PolicyManifest> {
 
 /// Reads a policy ConfigMap: checks its size, finds the module and the manifest, decompresses
 /// the module, parses and checks the manifest, digests the module and checks the digest against
-/// the manifest's `sha256` pin. Compiling is left to [`load`].
+/// the manifest's `sha256` pin. Compiling is left to [`load`]. A signature is not checked (see
+/// [`read_verified`]).
 pub fn read_configmap(cm: &ConfigMap) -> Result<PolicySource, LoadError> {
+    read_verified(cm, &TrustedKeys::none())
+}
+
+/// [`read_configmap`], and with `keys` not empty, the module's signature must verify against
+/// one of them; this is checked as soon as the module is decompressed, so nothing else of an
+/// unsigned ConfigMap is looked at.
+pub fn read_verified(cm: &ConfigMap, keys: &TrustedKeys) -> Result<PolicySource, LoadError> {
     let empty_data = BTreeMap::new();
     let empty_binary = BTreeMap::new();
     let data = cm.data.as_ref().unwrap_or(&empty_data);
@@ -193,6 +254,8 @@ pub fn read_configmap(cm: &ConfigMap) -> Result<PolicySource, LoadError> {
         });
     }
 
+    let signed = check_signature(data, binary, &wasm, keys)?;
+
     let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
     let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
     let manifest = PolicyManifest::from_yaml(text, default_name).map_err(LoadError::Manifest)?;
@@ -214,7 +277,38 @@ pub fn read_configmap(cm: &ConfigMap) -> Result<PolicySource, LoadError> {
         manifest,
         wasm,
         digest,
+        signed,
     })
+}
+
+/// The signature step: with no keys, only whether there is a signature; with keys, which one
+/// verifies it.
+fn check_signature(
+    data: &BTreeMap<String, String>,
+    binary: &BTreeMap<String, ByteString>,
+    wasm: &[u8],
+    keys: &TrustedKeys,
+) -> Result<Signed, LoadError> {
+    let signature = data.get(SIGNATURE_KEY);
+    if keys.is_empty() {
+        return Ok(match signature {
+            Some(_) => Signed::Unverified,
+            None => Signed::No,
+        });
+    }
+    let Some(signature) = signature else {
+        return Err(LoadError::Signature(SignatureRejection::Missing {
+            keys: keys.len(),
+            hint: if binary.contains_key(SIGNATURE_KEY) {
+                " (it is under binaryData; it belongs under data, as base64 text)"
+            } else {
+                ""
+            },
+        }));
+    };
+    keys.verify(wasm, signature)
+        .map(Signed::By)
+        .map_err(|e| LoadError::Signature(SignatureRejection::Invalid(e)))
 }
 
 /// Decompresses at most [`MAX_WASM_BYTES`] (plus one byte, to tell a module of exactly the limit
@@ -241,6 +335,18 @@ fn gunzip(compressed: &[u8]) -> Result<Vec<u8>, LoadError> {
 /// CPU-heavy on a cache miss.
 pub fn load(engine: &PolicyEngine, cm: &ConfigMap) -> Result<ActivePolicy, LoadError> {
     activate_source(engine, read_configmap(cm)?)
+}
+
+/// [`load`] with [`read_verified`]: with `keys`, only a module signed by one of them is loaded.
+/// Also says what is known of the signature.
+pub fn load_verified(
+    engine: &PolicyEngine,
+    cm: &ConfigMap,
+    keys: &TrustedKeys,
+) -> Result<(ActivePolicy, Signed), LoadError> {
+    let source = read_verified(cm, keys)?;
+    let signed = source.signed.clone();
+    Ok((activate_source(engine, source)?, signed))
 }
 
 /// Activates a policy read by [`read_configmap`].
@@ -304,6 +410,14 @@ pub fn pack(
         binary_data: Some(BTreeMap::from([(key.into(), ByteString(module))])),
         ..ConfigMap::default()
     })
+}
+
+/// Adds the module's signature (base64, as [`crate::signature::SigningKey::sign`] or
+/// `cosign sign-blob` writes it) to a ConfigMap made by [`pack`].
+pub fn set_signature(cm: &mut ConfigMap, signature_b64: &str) {
+    cm.data
+        .get_or_insert_with(BTreeMap::new)
+        .insert(SIGNATURE_KEY.to_owned(), signature_b64.trim().to_owned());
 }
 
 /// gzip with a fixed header (no modification time, no file name, operating system "unknown")
@@ -406,6 +520,10 @@ pub struct PolicyStatus {
     /// What the serving version was granted beyond plain decoration (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub granted: Option<Capabilities>,
+    /// The id of the trusted key whose signature the module (of `digest`) was loaded with;
+    /// none when the operator trusts no keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }
 
 impl PolicyStatus {
@@ -419,6 +537,7 @@ impl PolicyStatus {
             resource_version: None,
             scope: None,
             granted: None,
+            signed_by: None,
         }
     }
 
@@ -432,6 +551,7 @@ impl PolicyStatus {
             resource_version: None,
             scope: None,
             granted: None,
+            signed_by: None,
         }
     }
 
@@ -447,7 +567,14 @@ impl PolicyStatus {
             resource_version: None,
             scope: None,
             granted: None,
+            signed_by: None,
         }
+    }
+
+    /// This status, naming the key that verified the module.
+    pub fn signed_by(mut self, key: Option<&KeyId>) -> PolicyStatus {
+        self.signed_by = key.map(|k| k.to_string());
+        self
     }
 
     /// This status, about the given version of the ConfigMap.
@@ -723,6 +850,104 @@ mod tests {
         assert!(err.message.contains("tfjob-policy-GPU_rules"), "{err}");
     }
 
+    /// A signing key from a fixed seed, and the trusted set of its public half.
+    fn signer(seed: &str) -> (crate::signature::SigningKey, TrustedKeys) {
+        use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
+        let secret = p256::ecdsa::SigningKey::from_slice(&Sha256::digest(seed.as_bytes())).unwrap();
+        let pem = secret.to_pkcs8_pem(LineEnding::LF).unwrap();
+        let key = crate::signature::SigningKey::from_pem(seed, &pem).unwrap();
+        let mut keys = TrustedKeys::none();
+        keys.insert(key.public_key().clone());
+        (key, keys)
+    }
+
+    fn signed(gzip: bool, key: &crate::signature::SigningKey) -> ConfigMap {
+        let mut cm = packed(gzip);
+        set_signature(&mut cm, &key.sign(MODULE));
+        cm
+    }
+
+    #[test]
+    fn a_signature_over_the_decompressed_module_verifies_plain_and_gzip() {
+        let (key, keys) = signer("ops");
+        for gzip in [false, true] {
+            let cm = signed(gzip, &key);
+            let source = read_verified(&cm, &keys).unwrap();
+            assert_eq!(source.signed, Signed::By(key.public_key().id().clone()));
+            assert_eq!(source.signed.key(), Some(key.public_key().id()));
+            // Without keys the signature is only noted.
+            assert_eq!(read_configmap(&cm).unwrap().signed, Signed::Unverified);
+        }
+        assert_eq!(read_configmap(&packed(false)).unwrap().signed, Signed::No);
+    }
+
+    #[test]
+    fn with_trusted_keys_an_unsigned_module_is_refused_first() {
+        let (_, keys) = signer("ops");
+        let err = read_verified(&packed(true), &keys).unwrap_err();
+        assert_eq!(err.step(), "signature");
+        assert_eq!(
+            err.to_string(),
+            "unsigned: policy.wasm.sig is missing; the operator loads only modules signed by one \
+             of its trusted keys (1 configured)"
+        );
+        // Refused before the manifest is looked at: a broken manifest is not what is reported.
+        let broken = with_manifest(packed(false), "hooks: [decorate\n");
+        assert_eq!(
+            read_verified(&broken, &keys).unwrap_err().step(),
+            "signature"
+        );
+
+        let mut misplaced = packed(false);
+        misplaced
+            .binary_data
+            .as_mut()
+            .unwrap()
+            .insert(SIGNATURE_KEY.into(), ByteString(b"AAAA".to_vec()));
+        let err = read_verified(&misplaced, &keys).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("it belongs under data, as base64 text)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_tampered_module_a_stranger_s_signature_or_bad_base64_is_refused() {
+        let (key, keys) = signer("ops");
+        let (stranger, _) = signer("stranger");
+        let mut tampered = signed(false, &key);
+        tampered.binary_data.as_mut().unwrap().insert(
+            WASM_KEY.into(),
+            ByteString(b"\0asm fake module bytes, altered".to_vec()),
+        );
+        for cm in [tampered, signed(true, &stranger)] {
+            let err = read_verified(&cm, &keys).unwrap_err();
+            assert_eq!(err.step(), "signature");
+            assert_eq!(
+                err.to_string(),
+                "policy.wasm.sig: signature does not verify against any of 1 trusted key"
+            );
+        }
+        let mut garbled = packed(false);
+        set_signature(&mut garbled, "MEUCIQ*garbled");
+        let err = read_verified(&garbled, &keys).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                LoadError::Signature(SignatureRejection::Invalid(SignatureError::Base64 { .. }))
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("policy.wasm.sig: invalid base64: "),
+            "{err}"
+        );
+        // Without trusted keys nothing of this is checked.
+        assert_eq!(read_configmap(&garbled).unwrap().signed, Signed::Unverified);
+    }
+
     #[test]
     fn status_round_trips_through_the_annotation() {
         let at: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
@@ -735,6 +960,18 @@ mod tests {
             r#"{"state":"Active","digest":"abc","loadedAt":"2026-01-02T03:04:05Z","resourceVersion":"42"}"#
         );
         assert_eq!(PolicyStatus::from_annotation(&text).unwrap(), active);
+        let signed = active
+            .clone()
+            .signed_by(Some(signer("ops").0.public_key().id()));
+        let text = signed.to_annotation();
+        assert!(
+            text.ends_with(&format!(
+                r#""signedBy":"{}"}}"#,
+                signed.signed_by.as_deref().unwrap()
+            )),
+            "{text}"
+        );
+        assert_eq!(PolicyStatus::from_annotation(&text).unwrap(), signed);
 
         let rejected = PolicyStatus::rejected(&LoadError::Ambiguous, None, at);
         assert_eq!(rejected.state, PolicyState::Rejected);

@@ -20,6 +20,7 @@ pub mod guard;
 pub mod local;
 pub mod metrics;
 mod sandbox;
+pub mod signature;
 
 pub use config::{CallLimits, LimitError, SandboxLimits};
 pub use engine::{CompiledPolicy, Hook, LimitedEngine, PolicyEngine};

@@ -1,7 +1,7 @@
 //! Policy ConfigMaps through the real load pipeline: the embedded default guests packed into
 //! ConfigMaps (plain and gzip) load and run; a ConfigMap policy named like a default replaces
 //! it; and every kind of bad ConfigMap is refused at the step that catches it, naming the key or
-//! manifest field.
+//! manifest field; with trusted keys, a policy loads only with a signature by one of them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -14,8 +14,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tfjob_planner::{PodContext, PodPolicies};
+use tfjob_policy_engine::configmap::Signed;
 use tfjob_policy_engine::configmap::{self, LoadError, WASM_GZIP_KEY, WASM_KEY};
 use tfjob_policy_engine::defaults::{self, DEFAULTS, DefaultPolicy};
+use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
     Category, Hook, PolicyEngine, PolicyManifest, PolicySet, Registry, SandboxLimits, WasmPolicies,
 };
@@ -285,4 +287,103 @@ fn a_module_over_the_engine_limit_is_refused_as_too_large() {
     let err = configmap::load(engine(), &cm).unwrap_err();
     assert_eq!(err.step(), "size", "{err}");
     assert!(err.to_string().contains("4194304"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signed policies
+
+/// A P-256 and an Ed25519 signing key from fixed seeds (reproducible, no random source).
+fn signing_keys(seed: &str) -> [SigningKey; 2] {
+    use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
+    let bytes = Sha256::digest(seed.as_bytes());
+    let p256 = p256::ecdsa::SigningKey::from_slice(&bytes)
+        .unwrap()
+        .to_pkcs8_pem(LineEnding::LF)
+        .unwrap();
+    let ed25519 = ed25519_dalek::SigningKey::from_bytes(&bytes.into())
+        .to_pkcs8_pem(LineEnding::LF)
+        .unwrap();
+    [p256, ed25519].map(|pem| SigningKey::from_pem(seed, &pem).expect("a signing key"))
+}
+
+fn trusting(keys: &[&SigningKey]) -> TrustedKeys {
+    let mut trusted = TrustedKeys::none();
+    for key in keys {
+        trusted.insert(key.public_key().clone());
+    }
+    trusted
+}
+
+fn signed(d: &DefaultPolicy, gzip: bool, key: &SigningKey) -> ConfigMap {
+    let mut cm = packed(d, gzip);
+    configmap::set_signature(&mut cm, &key.sign(d.wasm));
+    cm
+}
+
+#[test]
+fn a_signed_policy_loads_with_the_key_that_verified_it() {
+    let [p256, ed25519] = signing_keys("platform");
+    let trusted = trusting(&[&p256, &ed25519]);
+    let d = default_named("default-decorate");
+    for key in [&p256, &ed25519] {
+        for gzip in [false, true] {
+            let (active, signed) =
+                configmap::load_verified(engine(), &signed(d, gzip, key), &trusted)
+                    .unwrap_or_else(|e| panic!("{key:?} gzip={gzip}: {e}"));
+            assert_eq!(active.compiled.digest, sha256(d.wasm));
+            assert_eq!(signed, Signed::By(key.public_key().id().clone()));
+        }
+    }
+    // Without trusted keys a signed policy loads as before, its signature unverified.
+    let (_, signed) =
+        configmap::load_verified(engine(), &signed(d, true, &p256), &TrustedKeys::none()).unwrap();
+    assert_eq!(signed, Signed::Unverified);
+    let (_, signed) =
+        configmap::load_verified(engine(), &packed(d, true), &TrustedKeys::none()).unwrap();
+    assert_eq!(signed, Signed::No);
+}
+
+#[test]
+fn unsigned_tampered_and_foreign_policies_are_refused_before_compiling() {
+    let [trusted_key, _] = signing_keys("platform");
+    let [stranger, _] = signing_keys("stranger");
+    let trusted = trusting(&[&trusted_key]);
+    let d = default_named("default-decorate");
+    let corrupt = b"\0asm\x0d\0\x01\0 not a component".to_vec();
+
+    // A corrupt module would fail to compile: the signature step must refuse it first.
+    let mut unsigned = with_module(packed(d, false), WASM_KEY, corrupt.clone());
+    let err = configmap::load_verified(engine(), &unsigned, &trusted).unwrap_err();
+    assert_eq!(err.step(), "signature", "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("unsigned: policy.wasm.sig is missing"),
+        "{err}"
+    );
+
+    // Signed for the real module, shipped with another one.
+    let mut tampered = signed(d, false, &trusted_key);
+    tampered.binary_data = unsigned.binary_data.take();
+    // By a key the operator does not trust, however valid.
+    let mut foreign = with_module(packed(d, false), WASM_KEY, corrupt.clone());
+    configmap::set_signature(&mut foreign, &stranger.sign(&corrupt));
+    for (what, cm) in [("tampered", tampered), ("foreign", foreign)] {
+        let err = configmap::load_verified(engine(), &cm, &trusted).unwrap_err();
+        assert_eq!(err.step(), "signature", "{what}: {err}");
+        assert_eq!(
+            err.to_string(),
+            "policy.wasm.sig: signature does not verify against any of 1 trusted key",
+            "{what}"
+        );
+    }
+
+    let mut garbled = signed(d, true, &trusted_key);
+    configmap::set_signature(&mut garbled, "%%%");
+    let err = configmap::load_verified(engine(), &garbled, &trusted).unwrap_err();
+    assert_eq!(err.step(), "signature");
+    assert!(
+        err.to_string()
+            .starts_with("policy.wasm.sig: invalid base64"),
+        "{err}"
+    );
 }

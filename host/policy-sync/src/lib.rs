@@ -2,8 +2,9 @@
 //!
 //! Platform teams ship a policy as a ConfigMap labelled `policy.tfjob.dev/policy=true` in a
 //! policy namespace. [`watch::PolicySync`] watches those ConfigMaps, loads each new version off
-//! the async executor (size limits, decompression, digest pin, compile, hook check,
-//! `validate-settings`, all in `tfjob_policy_engine::configmap`), and swaps the registry
+//! the async executor (size limits, decompression, signature when keys are trusted, digest
+//! pin, compile, hook check, `validate-settings`, all in `tfjob_policy_engine::configmap`), and
+//! swaps the registry
 //! snapshot atomically: reconciles in flight finish with the snapshot they started with. A
 //! version that fails keeps the previous one serving ([`sources`] holds those rules), and every
 //! ConfigMap carries its status in the `policy.tfjob.dev/status` annotation. [`scope`] bounds what

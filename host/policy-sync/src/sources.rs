@@ -236,6 +236,7 @@ impl Sources {
                         resource_version: None,
                         scope: None,
                         granted: None,
+                        signed_by: None,
                     }
                 }
             };

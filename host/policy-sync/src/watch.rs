@@ -22,6 +22,7 @@ use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tfjob_planner::call_watch::CallWatch;
 use tfjob_policy_engine::configmap::{self, POLICY_LABEL, PolicyState, STATUS_ANNOTATION};
+use tfjob_policy_engine::signature::{KeyId, TrustedKeys};
 use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicyManifest, PolicySet, Registry};
 use tokio::sync::watch;
 
@@ -38,6 +39,8 @@ pub struct SyncConfig {
     pub defaults: Vec<Arc<ActivePolicy>>,
     /// Name of this operator instance in events.
     pub instance: Option<String>,
+    /// When not empty, only modules signed by one of these keys are loaded.
+    pub trusted_keys: Arc<TrustedKeys>,
     /// Policy namespaces whose ConfigMaps reach the whole cluster; the others reach their own
     /// namespace only (see [`crate::scope`]).
     pub cluster_namespaces: BTreeSet<String>,
@@ -72,6 +75,8 @@ pub struct PolicySync {
     /// The statuses of the last composition: a ConfigMap whose annotation differs (a write
     /// that failed, an annotation edited by hand) is written again on the next change seen.
     statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
+    /// The key that verified the version each ConfigMap serves (absent: no trusted keys).
+    signers: BTreeMap<SourceKey, KeyId>,
 }
 
 impl PolicySync {
@@ -91,6 +96,7 @@ impl PolicySync {
             sources: Sources::new(),
             reported: BTreeMap::new(),
             statuses: BTreeMap::new(),
+            signers: BTreeMap::new(),
         }
     }
 
@@ -210,12 +216,20 @@ impl PolicySync {
             tracing::info!(configmap = %key, "policy ConfigMap deleted");
             self.sources.remove(&key);
             self.reported.remove(&key);
+            self.signers.remove(&key);
             changed = true;
         }
         if changed {
             self.swap();
         }
-        while let Some((key, print, created, version, attempt)) = loads.next().await {
+        while let Some((key, print, created, version, (attempt, signer))) = loads.next().await {
+            // Only a version that loads replaces the serving one, and with it its signer.
+            if matches!(attempt, Attempt::Loaded(_)) {
+                match signer {
+                    Some(signer) => self.signers.insert(key.clone(), signer),
+                    None => self.signers.remove(&key),
+                };
+            }
             self.sources
                 .record(key, print, created, version, attempt, Timestamp::now());
             self.swap();
@@ -246,6 +260,10 @@ impl PolicySync {
         for (key, status) in &mut self.statuses {
             status.scope =
                 Some(Scope::of(&key.namespace, &self.config.cluster_namespaces).to_string());
+            // A status with a digest is about the version that serves.
+            if status.digest.is_some() {
+                status.signed_by = self.signers.get(key).map(KeyId::to_string);
+            }
         }
     }
 
@@ -253,9 +271,14 @@ impl PolicySync {
     /// confined to the scope of its namespace. The wait is bounded: by the engine's call bound
     /// while `validate-settings` runs, and by [`SyncConfig::load_bound`] for the whole load
     /// (compiling a crafted module cannot be interrupted, so its thread is left to finish and
-    /// its result is discarded).
-    fn load(&self, key: SourceKey, cm: Arc<ConfigMap>) -> impl Future<Output = Attempt> + use<> {
+    /// its result is discarded). Also returns the trusted key that verified it, when one did.
+    fn load(
+        &self,
+        key: SourceKey,
+        cm: Arc<ConfigMap>,
+    ) -> impl Future<Output = (Attempt, Option<KeyId>)> + use<> {
         let engine = Arc::clone(&self.engine);
+        let keys = Arc::clone(&self.config.trusted_keys);
         let metrics = self.metrics.clone();
         let scope = Scope::of(&key.namespace, &self.config.cluster_namespaces);
         let builtin: Vec<String> = self
@@ -281,12 +304,16 @@ impl PolicySync {
                 let watch = watch.clone();
                 let cm = Arc::clone(&cm);
                 tokio::task::spawn_blocking(move || {
-                    watch.attach(|| match configmap::read_configmap(&cm) {
+                    watch.attach(|| match configmap::read_verified(&cm, &keys) {
                         Err(e) => Err((e.step(), e.to_string())),
                         Ok(mut source) => match confine(&mut source.manifest) {
                             Err(e) => Err(("scope", e)),
-                            Ok(()) => configmap::activate_source(&engine, source)
-                                .map_err(|e| (e.step(), e.to_string())),
+                            Ok(()) => {
+                                let signed = source.signed.key().cloned();
+                                configmap::activate_source(&engine, source)
+                                    .map(|policy| (policy, signed))
+                                    .map_err(|e| (e.step(), e.to_string()))
+                            }
                         },
                     })
                 })
@@ -311,23 +338,34 @@ impl PolicySync {
             };
             let took = started.elapsed();
             match outcome {
-                Ok(Ok(policy)) => {
-                    tracing::info!(configmap = %key, policy = %policy.label(), ?took, "policy loaded");
+                Ok(Ok((policy, signer))) => {
+                    tracing::info!(
+                        configmap = %key,
+                        policy = %policy.label(),
+                        signed_by = signer.as_ref().map(tracing::field::display),
+                        ?took,
+                        "policy loaded"
+                    );
                     metrics.loaded(took);
-                    Attempt::Loaded(Arc::new(policy))
+                    (Attempt::Loaded(Arc::new(policy)), signer)
                 }
                 Ok(Err((step, error))) => {
                     tracing::warn!(configmap = %key, step, error = %error, "policy rejected");
                     metrics.rejected(step, took);
-                    Attempt::Failed { manifest, error }
+                    // A refused signature leaves the manifest unbound: anyone who can write a
+                    // ConfigMap could otherwise make a policy that never loads hold every job
+                    // it selects.
+                    let manifest = if step == "signature" { None } else { manifest };
+                    (Attempt::Failed { manifest, error }, None)
                 }
                 Err(error) => {
                     tracing::error!(configmap = %key, error = %error, "policy load task failed");
                     metrics.rejected("internal", took);
-                    Attempt::Failed {
+                    let attempt = Attempt::Failed {
                         manifest: None,
                         error,
-                    }
+                    };
+                    (attempt, None)
                 }
             }
         }
