@@ -5,27 +5,14 @@
 //! `String::truncate` panics when the cut falls inside a multi-byte character, and guests choose
 //! their bytes freely, so every crate cuts through this one module.
 
-/// The largest index `<= max` that is a character boundary of `text` (the whole length when
-/// `text` is shorter).
-pub fn floor_char_boundary(text: &str, max: usize) -> usize {
-    if max >= text.len() {
-        return text.len();
-    }
-    // A UTF-8 character is at most four bytes, so at most three steps back.
-    (0..=max)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0)
-}
-
 /// The longest prefix of `text` of at most `max` bytes.
 pub fn prefix(text: &str, max: usize) -> &str {
-    &text[..floor_char_boundary(text, max)]
+    &text[..text.floor_char_boundary(max)]
 }
 
 /// Cuts `text` in place to at most `max` bytes.
 pub fn truncate(text: &mut String, max: usize) {
-    let end = floor_char_boundary(text, max);
+    let end = text.floor_char_boundary(max);
     text.truncate(end);
 }
 

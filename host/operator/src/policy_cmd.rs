@@ -88,7 +88,7 @@ pub struct PackArgs {
     #[arg(long, default_value = "tfjob-system", value_name = "NS")]
     pub namespace: String,
     /// A path the policy may change beyond the default ones (repeatable), e.g.
-    /// `spec.runtimeClassName`.
+    /// `spec.topologySpreadConstraints`.
     #[arg(long = "allowed-path", value_name = "PATH")]
     pub allowed_paths: Vec<String>,
     /// A capability the policy needs (repeatable): secrets, service-account-tokens or

@@ -37,7 +37,8 @@ pub struct CeilingArgs {
     #[arg(long = "policy-allow", value_name = "CAPABILITY", value_parser = capabilities::NAMES)]
     pub policy_allow: Vec<String>,
     /// A host path prefix under which policies may mount host directories read-only when their
-    /// manifest declares it (repeatable) [default: /home/kubernetes/bin/nvidia].
+    /// manifest declares it (repeatable), besides /home/kubernetes/bin/nvidia (the NVIDIA
+    /// driver directory the default decoration mounts).
     #[arg(long = "policy-allow-host-path", value_name = "PREFIX")]
     pub policy_allow_host_paths: Vec<String>,
 }
@@ -45,14 +46,11 @@ pub struct CeilingArgs {
 impl CeilingArgs {
     /// The ceiling from `--policy-allow` and `--policy-allow-host-path`.
     pub fn ceiling(&self) -> anyhow::Result<Capabilities> {
-        let mut ceiling = if self.policy_allow_host_paths.is_empty() {
-            default_ceiling()
-        } else {
-            Capabilities {
-                host_paths: self.policy_allow_host_paths.clone(),
-                ..Capabilities::default()
-            }
-        };
+        // Added to the default, which the built-in decoration needs to mount the driver.
+        let mut ceiling = default_ceiling();
+        ceiling
+            .host_paths
+            .extend(self.policy_allow_host_paths.iter().cloned());
         for name in &self.policy_allow {
             ceiling
                 .allow(name)

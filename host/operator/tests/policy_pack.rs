@@ -148,7 +148,7 @@ fn pack_writes_every_flag_into_the_manifest() {
             "--memory-mib",
             "16",
             "--allowed-path",
-            "spec.runtimeClassName",
+            "spec.topologySpreadConstraints",
             "--host-path",
             "/home/kubernetes/bin/nvidia/lib64",
             "--capability",
@@ -172,7 +172,7 @@ fn pack_writes_every_flag_into_the_manifest() {
         assert_eq!(m.mode, PolicyMode::Shadow);
         assert_eq!(m.settings, json!({"limits": {"cpu": "8"}}), "{file}");
         assert_eq!((m.deadline_ms, m.memory_mib), (Some(20), Some(16)));
-        assert_eq!(m.allowed_paths, vec!["spec.runtimeClassName"]);
+        assert_eq!(m.allowed_paths, vec!["spec.topologySpreadConstraints"]);
         assert_eq!(
             m.capabilities.host_paths,
             vec!["/home/kubernetes/bin/nvidia/lib64"]

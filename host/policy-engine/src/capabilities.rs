@@ -228,7 +228,7 @@ pub fn check(
             let at = format!("spec.{list}[{c}]");
             check_env(previous, container, granted)
                 .map_err(|(p, why)| (format!("{at}.{p}"), why))?;
-            check_mounts(previous, container, &new_volumes, granted)
+            check_mounts(previous, container, &old_volumes, &new_volumes, granted)
                 .map_err(|(p, why)| (format!("{at}.{p}"), why))?;
         }
     }
@@ -326,26 +326,31 @@ fn check_env(
     Ok(())
 }
 
-/// A mount the policy added of a host path volume must be read-only (the volume itself was
-/// checked against the granted prefixes when it was added, or came with the job's template).
+/// A mount of a host path volume that the policy added, or whose volume the policy added or
+/// changed, must be of a granted prefix and read-only. (Checking only new mounts would let a
+/// policy swap the volume behind a writable mount the template already had.)
 fn check_mounts(
     before: &Value,
     after: &Value,
-    volumes: &[Value],
+    old_volumes: &[Value],
+    new_volumes: &[Value],
     granted: &Capabilities,
 ) -> Result<(), (String, String)> {
     let old = items(before, "/volumeMounts");
     for (i, mount) in items(after, "/volumeMounts").iter().enumerate() {
-        if old.contains(mount) {
-            continue;
-        }
         let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-        let host_path = volumes
+        let Some(volume) = new_volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name))
-            .and_then(|v| v.pointer("/hostPath/path"))
-            .and_then(Value::as_str);
-        let Some(path) = host_path else { continue };
+        else {
+            continue;
+        };
+        let Some(path) = volume.pointer("/hostPath/path").and_then(Value::as_str) else {
+            continue;
+        };
+        if old.contains(mount) && old_volumes.contains(volume) {
+            continue;
+        }
         if !granted.host_paths.iter().any(|p| under(path, p)) {
             return Err((
                 format!("volumeMounts[{i}]"),
@@ -561,6 +566,14 @@ mod tests {
         let mut after = template.clone();
         after["spec"]["containers"][0]["volumeMounts"] = json!([mount(None)]);
         let (at, _) = check(&template, &after, &nvidia).unwrap_err();
+        assert_eq!(at, "spec.containers[0].volumeMounts[0].readOnly");
+        // Swapping the volume behind a writable mount the template already had.
+        let mut scratch = add_volume(json!({"name": "drv", "emptyDir": {}}));
+        scratch["spec"]["containers"][0]["volumeMounts"] = json!([mount(None)]);
+        let mut swapped = scratch.clone();
+        swapped["spec"]["volumes"][1] =
+            json!({"name": "drv", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}});
+        let (at, _) = check(&scratch, &swapped, &nvidia).unwrap_err();
         assert_eq!(at, "spec.containers[0].volumeMounts[0].readOnly");
     }
 

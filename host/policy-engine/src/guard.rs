@@ -51,7 +51,8 @@ pub const PROTECTED_KEY_PREFIXES: &[&str] = &["training.kubeflow.org/", "policy.
 /// Environment variables the operator sets on the pods it builds.
 pub const OPERATOR_ENV: &[&str] = &["TF_CONFIG"];
 
-/// Paths no configuration can allow: identity, code and privilege of the pod.
+/// Paths no configuration can allow: identity, code and privilege of the pod, where it runs and
+/// whom its names resolve to.
 pub const NEVER_ALLOWED: &[&str] = &[
     "metadata.name",
     "metadata.namespace",
@@ -67,6 +68,37 @@ pub const NEVER_ALLOWED: &[&str] = &[
     "spec.containers[*].ports",
     "spec.initContainers[*].ports",
     "spec.restartPolicy",
+    // Code run in the container, by other names.
+    "spec.containers[*].lifecycle",
+    "spec.containers[*].livenessProbe",
+    "spec.containers[*].readinessProbe",
+    "spec.containers[*].startupProbe",
+    "spec.containers[*].workingDir",
+    "spec.containers[*].volumeDevices",
+    "spec.initContainers[*].lifecycle",
+    "spec.initContainers[*].livenessProbe",
+    "spec.initContainers[*].readinessProbe",
+    "spec.initContainers[*].startupProbe",
+    "spec.initContainers[*].workingDir",
+    "spec.initContainers[*].restartPolicy",
+    "spec.initContainers[*].volumeDevices",
+    "spec.ephemeralContainers",
+    // Where the pod runs and whom it can reach by name (TF_CONFIG's host names).
+    "spec.nodeName",
+    "spec.hostname",
+    "spec.subdomain",
+    "spec.hostAliases",
+    "spec.dnsConfig",
+    "spec.dnsPolicy",
+    "spec.setHostnameAsFQDN",
+    // Credentials and isolation.
+    "spec.automountServiceAccountToken",
+    "spec.imagePullSecrets",
+    "spec.shareProcessNamespace",
+    "spec.runtimeClassName",
+    "spec.hostUsers",
+    "spec.resourceClaims",
+    "spec.os",
     "spec.securityContext",
     "spec.serviceAccountName",
     "spec.serviceAccount",
@@ -478,7 +510,17 @@ mod tests {
         let err = AllowedPaths::with_extra(["spec.containers[*].image"]).unwrap_err();
         assert!(err.contains("spec.containers[*].image"), "{err}");
         assert!(AllowedPaths::with_extra(["spec"]).is_err());
-        assert!(AllowedPaths::with_extra(["spec.runtimeClassName"]).is_ok());
+        assert!(AllowedPaths::with_extra(["spec.topologySpreadConstraints"]).is_ok());
+        for never in [
+            "spec.containers[*].lifecycle",
+            "spec.hostAliases",
+            "spec.dnsConfig",
+            "spec.automountServiceAccountToken",
+            "spec.runtimeClassName",
+            "spec.ephemeralContainers",
+        ] {
+            assert!(AllowedPaths::with_extra([never]).is_err(), "{never}");
+        }
         assert!(AllowedPaths::new(["spec.containers[0].env"]).is_err());
     }
 

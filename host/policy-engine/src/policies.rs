@@ -383,7 +383,7 @@ fn join(diffs: &[Difference], part: impl Fn(&Difference) -> &String) -> String {
 fn compact(value: &serde_json::Value) -> String {
     let text = value.to_string();
     if text.len() > 120 {
-        format!("{}...", &text[..text.floor_char_boundary(117)])
+        format!("{}...", text::prefix(&text, 117))
     } else {
         text
     }

@@ -159,7 +159,7 @@ pub struct PolicyManifest {
     /// The settings document handed to every call (JSON or YAML in the manifest).
     #[serde(default)]
     pub settings: serde_json::Value,
-    /// Paths the policy may change beyond the default ones (e.g. `spec.runtimeClassName`).
+    /// Paths the policy may change beyond the default ones (e.g. `spec.topologySpreadConstraints`).
     #[serde(default)]
     pub allowed_paths: Vec<String>,
     /// What it may add beyond plain decoration (secrets, tokens, host paths, external volumes);

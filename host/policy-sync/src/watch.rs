@@ -55,6 +55,9 @@ pub const MAX_PER_NAMESPACE: usize = 64;
 /// The default of [`SyncConfig::load_bound`]: compiling a 4 MiB module takes a few seconds.
 pub const LOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Load steps that fail before (or at) the signature check.
+const UNVERIFIED_STEPS: [&str; 5] = ["size", "missing", "ambiguous", "decompress", "signature"];
+
 fn source_key(cm: &ConfigMap) -> SourceKey {
     SourceKey {
         namespace: cm.namespace().unwrap_or_default(),
@@ -77,6 +80,8 @@ pub struct PolicySync {
     statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
     /// The key that verified the version each ConfigMap serves (absent: no trusted keys).
     signers: BTreeMap<SourceKey, KeyId>,
+    /// Loads that may run at once: one per core.
+    load_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl PolicySync {
@@ -97,6 +102,9 @@ impl PolicySync {
             reported: BTreeMap::new(),
             statuses: BTreeMap::new(),
             signers: BTreeMap::new(),
+            load_slots: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, usize::from),
+            )),
         }
     }
 
@@ -191,8 +199,12 @@ impl PolicySync {
                     );
                     tracing::warn!(configmap = %key, "{error}");
                     self.metrics.rejected("cap", std::time::Duration::ZERO);
-                    let manifest = configmap::read_manifest(cm).map(Box::new);
-                    let attempt = Attempt::Failed { manifest, error };
+                    // Not tied to its policy name: a ConfigMap past the cap must not hold the
+                    // jobs its (unconfined, unverified) manifest would select.
+                    let attempt = Attempt::Failed {
+                        manifest: None,
+                        error,
+                    };
                     self.sources
                         .record(key, print, created, version, attempt, Timestamp::now());
                     changed = true;
@@ -289,11 +301,23 @@ impl PolicySync {
             .collect();
         let cluster_wide = self.config.cluster_namespaces.clone();
         let load_bound = self.config.load_bound;
+        let slots = Arc::clone(&self.load_slots);
         let confine = Arc::new(move |manifest: &mut PolicyManifest| {
             scope.confine(manifest, builtin.iter().map(String::as_str), &cluster_wide)
         });
         async move {
             let call_bound = engine.limits().call_bound();
+            // Loads compile on the blocking pool; one per core at a time, and the time bound
+            // starts once a load has its turn, so a batch of ConfigMaps is not a timeout.
+            let Ok(slot) = slots.acquire_owned().await else {
+                return (
+                    Attempt::Failed {
+                        manifest: None,
+                        error: "the policy sync is shutting down".into(),
+                    },
+                    None,
+                );
+            };
             let started = Instant::now();
             // The manifest a failure is tied to (so the jobs it selects hear of it) is the
             // confined one: a team's rejected policy must not hold another namespace's jobs.
@@ -303,7 +327,11 @@ impl PolicySync {
             let mut task = {
                 let watch = watch.clone();
                 let cm = Arc::clone(&cm);
+                let keys = Arc::clone(&keys);
                 tokio::task::spawn_blocking(move || {
+                    // The slot is held until the thread is done, also when the wait for it was
+                    // abandoned: an abandoned compile still uses its core.
+                    let _slot = slot;
                     watch.attach(|| match configmap::read_verified(&cm, &keys) {
                         Err(e) => Err((e.step(), e.to_string())),
                         Ok(mut source) => match confine(&mut source.manifest) {
@@ -352,10 +380,14 @@ impl PolicySync {
                 Ok(Err((step, error))) => {
                     tracing::warn!(configmap = %key, step, error = %error, "policy rejected");
                     metrics.rejected(step, took);
-                    // A refused signature leaves the manifest unbound: anyone who can write a
-                    // ConfigMap could otherwise make a policy that never loads hold every job
-                    // it selects.
-                    let manifest = if step == "signature" { None } else { manifest };
+                    // With trusted keys, a manifest is bound only once its module's signature
+                    // verified: anyone who can write a ConfigMap could otherwise make a policy
+                    // that never loads hold every job it selects.
+                    let manifest = if !keys.is_empty() && UNVERIFIED_STEPS.contains(&step) {
+                        None
+                    } else {
+                        manifest
+                    };
                     (Attempt::Failed { manifest, error }, None)
                 }
                 Err(error) => {
