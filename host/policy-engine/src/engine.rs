@@ -207,10 +207,6 @@ impl PolicyEngine {
                 ),
             ));
         }
-        // Text (WAT) is turned into binary first, so the shape check sees what gets compiled.
-        let binary = wat::parse_bytes(wasm)
-            .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
-        crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
         let digest = hex::encode(Sha256::digest(wasm));
         // The map lock is held only to find the digest's slot; compiling (hundreds of
         // milliseconds) holds the slot's lock, so other digests compile in parallel.
@@ -225,7 +221,7 @@ impl PolicyEngine {
         if let Some(hit) = &*cached {
             return Ok(Arc::clone(hit));
         }
-        match self.compile_uncached(&binary, wasm.len(), digest.clone()) {
+        match self.compile_uncached(wasm, digest.clone()) {
             Ok(compiled) => {
                 *cached = Some(Arc::clone(&compiled));
                 Ok(compiled)
@@ -261,11 +257,15 @@ impl PolicyEngine {
     fn compile_uncached(
         &self,
         wasm: &[u8],
-        size: usize,
         digest: String,
     ) -> Result<Arc<CompiledPolicy>, EvalError> {
+        // Text (WAT) is turned into binary first, so the shape check sees what gets compiled;
+        // both run on a cache miss only.
+        let binary = wat::parse_bytes(wasm)
+            .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
+        crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
         let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
-        let component = Component::new(&self.engine, wasm).map_err(link)?;
+        let component = Component::new(&self.engine, &binary).map_err(link)?;
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
@@ -278,7 +278,7 @@ impl PolicyEngine {
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
         Ok(Arc::new(CompiledPolicy {
             digest,
-            size,
+            size: wasm.len(),
             imports,
             exports,
             decorate: decorate::GuestIndices::new(&pre).ok(),

@@ -1,9 +1,12 @@
 //! The sandboxed WebAssembly policy engine.
 //!
 //! Policies are components implementing `wit/policy.wit`. The [`engine::PolicyEngine`] compiles
-//! each once per digest and runs every call in a fresh store with a deadline, a memory cap and
-//! input/output size caps, with no ambient authority. The [`guard`] checks decorated pods, the [`verdict_guard`] checks classifications against the pod, the
-//! [`registry`] holds the active policies as an atomically swappable snapshot, and
+//! each once per digest (after [`structure`] checked its shape) and runs every call in a fresh
+//! store with a deadline (timers bounded by [`clock`]), a memory cap and input/output size caps,
+//! with no ambient authority. The [`guard`] checks decorated pods against the paths and the
+//! [`capabilities`] a policy was granted, the [`verdict_guard`] checks classifications against
+//! the pod, [`signature`] verifies signed modules, the [`registry`] holds the active policies as
+//! an atomically swappable snapshot, and
 //! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam. Policies come
 //! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
 //! ([`configmap`]), all through the same activation.

@@ -88,17 +88,12 @@ fn terminated_cleanly(status: &ContainerStatus) -> bool {
         .is_some_and(|t| t.exit_code == 0)
 }
 
-fn phase_name(phase: VerdictPhase) -> &'static str {
-    match phase {
-        VerdictPhase::Undefined => "undefined",
-        VerdictPhase::Queued => "queued",
-        VerdictPhase::WaitingForResources => "waiting-for-resources",
-        VerdictPhase::Initializing => "initializing",
-        VerdictPhase::Running => "running",
-        VerdictPhase::Succeeded => "succeeded",
-        VerdictPhase::RetryableFailure => "retryable-failure",
-        VerdictPhase::PermanentFailure => "permanent-failure",
-    }
+/// The phase as the contract spells it (`waiting-for-resources`): its serde name.
+fn phase_name(phase: VerdictPhase) -> String {
+    serde_json::to_value(phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{phase:?}"))
 }
 
 #[cfg(test)]
@@ -123,14 +118,7 @@ mod tests {
     }
 
     fn verdict(phase: VerdictPhase) -> Verdict {
-        Verdict {
-            phase,
-            reason: String::new(),
-            message: String::new(),
-            kind: None,
-            occurred_at: None,
-            policy: "p".into(),
-        }
+        Verdict::bare(phase)
     }
 
     const ALL: [VerdictPhase; 8] = [
