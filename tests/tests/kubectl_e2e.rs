@@ -6,107 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
-use tfjob_operator::embedded::ClusterOptions;
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path)
-}
-
-struct Cluster {
-    kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
-    _cluster: common::Background,
-}
-
-/// Starts the whole cluster with the default Wasm policies on a background runtime and writes
-/// a kubeconfig for it.
-fn cluster() -> Cluster {
-    let cluster = common::Background::start(ClusterOptions::new(common::default_policies()));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster.cluster.write_kubeconfig(&kubeconfig).unwrap();
-    Cluster {
-        kubeconfig,
-        _dir: dir,
-        _cluster: cluster,
-    }
-}
-
-impl Cluster {
-    fn kubectl(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
-        cmd.args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.kubectl(args)
-            .output()
-            .expect("kubectl runs (install it: apt-get install kubernetes-client)")
-    }
-
-    /// Runs kubectl and returns its stdout, failing the test on a non-zero exit.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Polls `kubectl args` until its output satisfies `done`.
-    fn until(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
-        for _ in 0..600 {
-            let out = self.run(args);
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if out.status.success() && done(&text) {
-                return text;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("kubectl {args:?} never reached the expected state");
-    }
-}
-
-/// A background kubectl that is always stopped and reaped, even when an assertion fails.
-struct Background(Option<std::process::Child>);
-
-impl Background {
-    /// Stops the process and returns what it printed.
-    fn finish(mut self) -> String {
-        let mut child = self.0.take().expect("not finished yet");
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn example(name: &str) -> String {
-    repo(&format!("deploy/examples/{name}"))
-        .display()
-        .to_string()
-}
+use common::kubectl::{Background, cluster, example, repo};
 
 #[test]
 fn kubectl_drives_a_job_through_restart_to_success_and_deletion() {

@@ -90,6 +90,16 @@ pub fn builtin_types() -> Vec<ResourceType> {
         ResourceType::new("", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+        // Read by a gang-scheduling operator to order a computed PodGroup minResources.
+        ResourceType::new(
+            "scheduling.k8s.io",
+            "v1",
+            "PriorityClass",
+            "priorityclasses",
+            false,
+            false,
+        )
+        .short("pc"),
         ResourceType::new(
             "apiextensions.k8s.io",
             "v1",

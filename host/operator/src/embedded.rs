@@ -50,7 +50,8 @@ pub struct ClusterOptions {
     /// Faults the API server injects from the start (changeable later through
     /// [`EmbeddedCluster::faults`] or `PUT /debug/faults`).
     pub faults: FaultConfig,
-    /// The operator gang-schedules jobs with this scheduler (`up --gang-scheduler-name`).
+    /// The operator gang-schedules jobs with this scheduler (`up --gang-scheduler-name`), and
+    /// the simulated cluster runs it (unless `kubelet.gang_scheduler` names another).
     pub gang_scheduler: Option<GangScheduler>,
 }
 
@@ -158,7 +159,15 @@ impl EmbeddedCluster {
         let client = Client::try_from(config.clone())?;
         // The operator has a client of its own, named, so requests are told apart by agent.
         let operator_client = crate::api_client::build(config, None)?;
-        let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), options.kubelet);
+        let mut kubelet_config = options.kubelet;
+        // The cluster simulates the scheduler the operator groups jobs for (and serves its
+        // PodGroup CRD), unless the kubelet configuration names one itself.
+        if let Some(scheduler) = &options.gang_scheduler {
+            kubelet_config
+                .gang_scheduler
+                .get_or_insert_with(|| scheduler.scheduler_name().to_owned());
+        }
+        let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), kubelet_config);
         let mut cluster = EmbeddedCluster {
             store,
             addr,

@@ -65,6 +65,38 @@ fn up_demo_runs_the_examples_to_the_end_and_summarises() {
 }
 
 #[test]
+fn up_demo_with_a_gang_scheduler_runs_the_competing_jobs_in_turn() {
+    let examples = repo("deploy/examples/gang");
+    for scheduler in ["volcano", "scheduler-plugins-scheduler"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = up(
+            &[
+                "--demo",
+                "--gang-scheduler-name",
+                scheduler,
+                "--examples",
+                examples.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{scheduler}: {stdout}\n{stderr}");
+        let summary = stdout
+            .split("Summary:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
+        for job in ["gang-a", "gang-b"] {
+            let line = summary
+                .lines()
+                .find(|l| l.trim_start().starts_with(job))
+                .unwrap_or_else(|| panic!("{job} missing from the summary:\n{summary}"));
+            assert!(line.contains("Succeeded"), "{scheduler}: {line}");
+        }
+    }
+}
+
+#[test]
 fn up_refuses_a_bad_fault_file_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults.json");

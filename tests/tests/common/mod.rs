@@ -6,6 +6,8 @@
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod kubectl;
+
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -1,0 +1,116 @@
+//! Driving an embedded cluster with the real kubectl, a separate process as a user runs it:
+//! a cluster on a background runtime with a kubeconfig written for it, kubectl commands that
+//! must succeed, polling a command until its output shows a state, and kubectl processes left
+//! running in the background (watches, follows) that are always reaped.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tfjob_operator::embedded::ClusterOptions;
+
+use super::Background as ClusterThread;
+
+/// A path of the repository.
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+/// A file of `deploy/examples/`, as a kubectl argument.
+pub fn example(name: &str) -> String {
+    repo(&format!("deploy/examples/{name}"))
+        .display()
+        .to_string()
+}
+
+/// A running cluster and the kubeconfig kubectl uses for it.
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+    pub background: ClusterThread,
+}
+
+/// Starts the whole cluster with the default Wasm policies on a background runtime and writes
+/// a kubeconfig for it.
+pub fn cluster() -> Cluster {
+    cluster_with(ClusterOptions::new(super::default_policies()))
+}
+
+/// Starts the whole cluster with `options` and writes a kubeconfig for it.
+pub fn cluster_with(options: ClusterOptions) -> Cluster {
+    let background = ClusterThread::start(options);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    background.cluster.write_kubeconfig(&kubeconfig).unwrap();
+    Cluster {
+        kubeconfig,
+        _dir: dir,
+        background,
+    }
+}
+
+impl Cluster {
+    pub fn kubectl(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.kubectl(args)
+            .output()
+            .expect("kubectl runs (install it: apt-get install kubernetes-client)")
+    }
+
+    /// Runs kubectl and returns its stdout, failing the test on a non-zero exit.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Polls `kubectl args` until its output satisfies `done` (for a minute at most).
+    pub fn until(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+        for _ in 0..600 {
+            let out = self.run(args);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && done(&text) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("kubectl {args:?} never reached the expected state");
+    }
+}
+
+/// A background kubectl that is always stopped and reaped, even when an assertion fails.
+pub struct Background(pub Option<std::process::Child>);
+
+impl Background {
+    /// Stops the process and returns what it printed.
+    pub fn finish(mut self) -> String {
+        let mut child = self.0.take().expect("not finished yet");
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
