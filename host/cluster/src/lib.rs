@@ -4,7 +4,8 @@
 //! own: an in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks
 //! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
 //! HTTP front (with [`table`] and [`openapi`] for kubectl and [`crd`] for custom resources); [`kubelet`]
-//! schedules pods onto simulated nodes and runs them by the scripts in their annotations;
+//! schedules pods onto simulated nodes and runs them by the scripts in their annotations,
+//! writing their containers' output into [`logs`], which `pods/log` ([`pod_log`]) serves;
 //! [`persist`] keeps the objects in a file across restarts. For tests of how clients cope with
 //! a misbehaving server, [`faults`] injects API errors, latency and cut watches, and
 //! [`requests`] counts requests by verb, resource and client.
@@ -14,8 +15,10 @@ mod debug;
 pub mod error;
 pub mod faults;
 pub mod kubelet;
+pub mod logs;
 pub mod openapi;
 pub mod persist;
+pub mod pod_log;
 pub mod requests;
 pub mod selector;
 pub mod server;

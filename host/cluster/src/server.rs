@@ -2,7 +2,7 @@
 //! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label
 //! and field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
 //! bookmarks, create, replace, the four patch types, delete and deletecollection, status
-//! subresources, discovery, OpenAPI v3 documents for kubectl's validation, and CRDs that make
+//! subresources, `pods/log` ([`crate::pod_log`]), discovery, OpenAPI v3 documents for kubectl's validation, and CRDs that make
 //! their resources served when applied. Tests reach in through [`ServerOptions`]: a middleware
 //! in front of every handler injects the configured [`Faults`] and counts requests in
 //! [`RequestStats`], and `/debug/faults` and `/debug/requests` read and change both at run time.
@@ -249,6 +249,16 @@ async fn handle(
         .filter(|s| !s.is_empty())
         .collect();
     let query = parse_query(&uri);
+    if let ["api", "v1", "namespaces", ns, "pods", name, "log"] = segments.as_slice() {
+        if method != Method::GET {
+            return error_response(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", uri.path()),
+            ));
+        }
+        return crate::pod_log::serve(&server.store, ns, name, &query);
+    }
     match discovery(&server.store, &segments) {
         Some(doc) if method == Method::GET => return json_response(200, &doc),
         _ => {}

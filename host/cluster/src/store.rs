@@ -204,6 +204,9 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<WatchEvent>,
+    /// Container logs, written by the simulated kubelet and read by `pods/log`; kept here
+    /// because both hold the store.
+    logs: crate::logs::PodLogs,
 }
 
 fn now() -> String {
@@ -250,6 +253,7 @@ impl Store {
                 validators: HashMap::new(),
             }),
             tx,
+            logs: crate::logs::PodLogs::new(),
         };
         for t in builtin_types() {
             store.register(t);
@@ -283,6 +287,11 @@ impl Store {
     /// Every served type.
     pub fn types(&self) -> Vec<ResourceType> {
         self.lock().types.values().cloned().collect()
+    }
+
+    /// The containers' logs.
+    pub fn logs(&self) -> &crate::logs::PodLogs {
+        &self.logs
     }
 
     /// The current resourceVersion.

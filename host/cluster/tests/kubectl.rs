@@ -2,14 +2,19 @@
 //! it reads the server's OpenAPI v3 documents, finds that the server validates fields itself,
 //! and sends `fieldValidation=Strict`. `apply`, `apply --server-side`, `create` and `replace`
 //! of built-in kinds and of TFJobs succeed, a second apply patches, and the fault endpoint is
-//! driven with `kubectl get --raw` and `kubectl replace --raw`. CI installs kubectl; the test
-//! needs it on PATH.
+//! driven with `kubectl get --raw` and `kubectl replace --raw`. With the simulated kubelet,
+//! `kubectl logs` reads what the containers printed: plain, followed to the container's end,
+//! tailed, with timestamps, per container and from the run before a restart. CI installs
+//! kubectl; the test needs it on PATH.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
 use tfjob_cluster::Store;
+use tfjob_cluster::kubelet::{self, KubeletConfig};
 use tfjob_cluster::server::ServerOptions;
 
 struct Kubectl {
@@ -23,6 +28,15 @@ struct Kubectl {
 /// Starts the server (with the TFJob CRD and its admission check, no operator) on a background
 /// runtime and writes a kubeconfig for it.
 fn start() -> Kubectl {
+    start_cluster(false)
+}
+
+/// The same, with the simulated kubelet running the pods.
+fn start_with_kubelet() -> Kubectl {
+    start_cluster(true)
+}
+
+fn start_cluster(with_kubelet: bool) -> Kubectl {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,6 +57,15 @@ fn start() -> Kubectl {
             ServerOptions::default(),
         ))
         .unwrap();
+    if with_kubelet {
+        let config = KubeletConfig {
+            startup: Duration::from_millis(20),
+            ..KubeletConfig::default()
+        };
+        let _guard = runtime.enter();
+        // Runs until the runtime is dropped with the test.
+        drop(kubelet::spawn(Arc::clone(&store), config));
+    }
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
@@ -89,6 +112,38 @@ impl Kubectl {
             "kubectl {args:?} warned: {stderr}"
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs kubectl expecting it to fail, and returns its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Waits (up to 30 s) until pod `name` in `default` satisfies `done`.
+    fn wait_pod(&self, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let pods = self.store.resource("", "pods").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(p) = self.store.get(&pods, Some("default"), name)
+                && done(&p)
+            {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "pod {name} never became {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn create_pod(&self, pod: Value) -> String {
+        let pods = self.store.resource("", "pods").unwrap();
+        let created = self.store.create(&pods, Some("default"), pod).unwrap();
+        created["metadata"]["uid"].as_str().unwrap().to_owned()
     }
 
     fn file(&self, name: &str, text: &str) -> String {
@@ -247,4 +302,163 @@ fn kubectl_drives_the_fault_endpoint() {
     let counted = k.ok(&["get", "--raw", "/debug/requests"]);
     assert!(counted.contains(r#""agent":"kubectl""#), "{counted}");
     assert!(counted.contains(r#""internalErrors":1"#), "{counted}");
+}
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or_default()
+}
+
+const TF_CONFIG: &str = r#"{"cluster":{"chief":["trainer-chief-0:2222"],"worker":["trainer-worker-0:2222","trainer-worker-1:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"}"#;
+
+/// A worker printing five loss lines, 100 ms apart, beside a sidecar.
+fn trainer() -> Value {
+    json!({
+        "metadata": {"name": "trainer", "annotations": {
+            "sim.tfjob.dev/duration": "2s",
+            "sim.tfjob.dev/log": "every=100ms;lines=5;text=step {i} loss {loss}",
+        }},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "tensorflow", "image": "tf:2", "env": [{"name": "TF_CONFIG", "value": TF_CONFIG}]},
+            {"name": "sidecar", "image": "busybox:1"},
+        ]}
+    })
+}
+
+#[test]
+fn kubectl_logs_follows_tails_and_picks_containers() {
+    let k = start_with_kubelet();
+    let uid = k.create_pod(trainer());
+    k.wait_pod("trainer", "Running", |p| phase(p) == "Running");
+
+    // -f streams until the container ends, then kubectl returns.
+    let started = Instant::now();
+    let followed = k.ok(&["logs", "-f", "trainer", "-c", "tensorflow"]);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let lines: Vec<&str> = followed.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"INFO starting task worker:1 of cluster {chief: 1, worker: 2}"),
+        "{followed}"
+    );
+    let steps: Vec<&&str> = lines.iter().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(steps.len(), 5, "{followed}");
+    assert!(steps[0].starts_with("step 1 loss 2."), "{followed}");
+    assert_eq!(
+        lines.last(),
+        Some(&"INFO container exited with code 0 (Completed)"),
+        "{followed}"
+    );
+    k.wait_pod("trainer", "Succeeded", |p| phase(p) == "Succeeded");
+
+    // The same log, plain, after the end.
+    assert_eq!(k.ok(&["logs", "trainer", "-c", "tensorflow"]), followed);
+    // kubectl picks the first container itself when there are several.
+    let defaulted = k.run(&["logs", "trainer"]);
+    assert!(defaulted.status.success());
+    assert_eq!(String::from_utf8_lossy(&defaulted.stdout), followed);
+    let tail = k.ok(&["logs", "trainer", "-c", "tensorflow", "--tail=2"]);
+    let tail: Vec<&str> = tail.lines().collect();
+    assert_eq!(tail.len(), 2, "{tail:?}");
+    assert!(tail[0].starts_with("step 5 loss "), "{tail:?}");
+    assert_eq!(tail[1], "INFO container exited with code 0 (Completed)");
+    assert_eq!(
+        k.ok(&["logs", "trainer", "-c", "sidecar"]),
+        "INFO starting container sidecar (image busybox:1)\nINFO container exited with code 0 (Completed)\n"
+    );
+    let stamped = k.ok(&["logs", "trainer", "-c", "tensorflow", "--timestamps"]);
+    assert_eq!(stamped.lines().count(), lines.len());
+    for (line, plain) in stamped.lines().zip(&lines) {
+        let (at, text) = line.split_once(' ').unwrap();
+        let at: jiff::Timestamp = at.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(at <= jiff::Timestamp::now());
+        assert_eq!(text, *plain);
+    }
+    assert_eq!(
+        k.ok(&["logs", "trainer", "-c", "tensorflow", "--limit-bytes=4"]),
+        "INFO"
+    );
+
+    // Refusals, in Kubernetes' words.
+    let err = k.fails(&["logs", "trainer", "-c", "nope"]);
+    assert!(
+        err.contains("container nope is not valid for pod trainer"),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/trainer/log",
+    ]);
+    assert!(
+        err.contains("a container name must be specified for pod trainer, choose one of: [tensorflow sidecar]"),
+        "{err}"
+    );
+    let err = k.fails(&["logs", "trainer", "-c", "tensorflow", "--previous"]);
+    assert!(
+        err.contains(r#"previous terminated container "tensorflow" in pod "trainer" not found"#),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/trainer/log?container=sidecar&tailLines=ten",
+    ]);
+    assert!(err.contains("tailLines"), "{err}");
+    let err = k.fails(&["logs", "missing"]);
+    assert!(err.contains(r#"pods "missing" not found"#), "{err}");
+    let huge = k.ok(&["get", "--raw", "/api/v1/namespaces/default/pods/trainer/log?container=sidecar&tailLines=9223372036854775807"]);
+    assert_eq!(huge.lines().count(), 2);
+
+    // A deleted pod takes its logs with it.
+    k.ok(&["delete", "pod", "trainer", "--wait=false"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while k.store.logs().current(&uid, "tensorflow").is_some() {
+        assert!(Instant::now() < deadline, "the logs outlived the pod");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kubectl_logs_previous_reads_the_run_before_a_restart() {
+    let k = start_with_kubelet();
+    k.create_pod(json!({
+        "metadata": {"name": "flaky", "annotations": {
+            "sim.tfjob.dev/duration": "300ms",
+            "sim.tfjob.dev/exit-code": "1",
+            "sim.tfjob.dev/fail-times": "1",
+            "sim.tfjob.dev/log": "lines=1;text=attempt {run}",
+        }},
+        "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "tensorflow", "image": "tf:2"}]}
+    }));
+    k.wait_pod("flaky", "restarted", |p| {
+        p.pointer("/status/containerStatuses/0/restartCount")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n >= 1)
+    });
+    assert_eq!(
+        k.ok(&["logs", "flaky", "--previous"]),
+        "INFO starting container tensorflow (image tf:2)\nattempt 1\nERROR container exited with code 1 (Error)\n"
+    );
+    let current = k.ok(&["logs", "flaky"]);
+    assert!(
+        current.starts_with("INFO starting container tensorflow (image tf:2)\nattempt 2\n"),
+        "{current}"
+    );
+
+    // A pod that never starts has no log yet: the kubelet's message says why.
+    k.create_pod(json!({
+        "metadata": {"name": "stuck", "annotations": {"sim.tfjob.dev/pending-reason": "ImagePullBackOff"}},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf:missing"}]}
+    }));
+    k.wait_pod("stuck", "stuck", |p| {
+        p.pointer("/status/containerStatuses/0/state/waiting")
+            .is_some()
+    });
+    let err = k.fails(&["logs", "stuck"]);
+    assert!(
+        err.contains(
+            r#"container "tensorflow" in pod "stuck" is waiting to start: ImagePullBackOff"#
+        ),
+        "{err}"
+    );
 }
