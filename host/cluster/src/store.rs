@@ -87,6 +87,8 @@ pub fn builtin_types() -> Vec<ResourceType> {
         ResourceType::new("", "v1", "Pod", "pods", true, true).short("po"),
         ResourceType::new("", "v1", "Service", "services", true, true).short("svc"),
         ResourceType::new("", "v1", "ConfigMap", "configmaps", true, false).short("cm"),
+        ResourceType::new("", "v1", "Secret", "secrets", true, false),
+        ResourceType::new("", "v1", "ServiceAccount", "serviceaccounts", true, false).short("sa"),
         ResourceType::new("", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),

@@ -4,7 +4,9 @@
 //! of built-in kinds and of TFJobs succeed, a second apply patches, and the fault endpoint is
 //! driven with `kubectl get --raw` and `kubectl replace --raw`. With the simulated kubelet,
 //! `kubectl logs` reads what the containers printed: plain, followed to the container's end,
-//! tailed, with timestamps, per container and from the run before a restart. CI installs
+//! tailed, with timestamps, per container and from the run before a restart. `kubectl create
+//! namespace|configmap|secret|serviceaccount` send protobuf, which the server decodes (binary
+//! ConfigMap data byte for byte) and answers in protobuf. CI installs
 //! kubectl; the test needs it on PATH.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use tfjob_cluster::kubelet::{self, KubeletConfig};
 use tfjob_cluster::server::ServerOptions;
 
 struct Kubectl {
+    addr: std::net::SocketAddr,
     kubeconfig: PathBuf,
     cache: PathBuf,
     dir: tempfile::TempDir,
@@ -77,6 +80,7 @@ fn start_cluster(with_kubelet: bool) -> Kubectl {
     )
     .unwrap();
     Kubectl {
+        addr: running.addr,
         kubeconfig,
         cache: dir.path().join("cache"),
         dir,
@@ -461,4 +465,214 @@ fn kubectl_logs_previous_reads_the_run_before_a_restart() {
         ),
         "{err}"
     );
+}
+
+/// A small but real WebAssembly module (`(func (export "ans") (result i32) i32.const 65535)`)
+/// with a custom section holding every byte value, so it is not UTF-8 and kubectl puts it in
+/// `binaryData`.
+fn wasm_module() -> Vec<u8> {
+    let mut m = vec![0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+    m.extend([0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f]); // type: () -> i32
+    m.extend([0x03, 0x02, 0x01, 0x00]); // function 0 has type 0
+    m.extend([0x07, 0x07, 0x01, 0x03, b'a', b'n', b's', 0x00, 0x00]); // export "ans"
+    m.extend([0x0a, 0x08, 0x01, 0x06, 0x00, 0x41, 0xff, 0xff, 0x03, 0x0b]); // i32.const 65535
+    let payload: Vec<u8> = (0..4).flat_map(|_| 0..=255u8).collect();
+    // Custom section "blob": 1 + 4 + 1024 = 1029 bytes, LEB128 0x85 0x08.
+    m.extend([0x00, 0x85, 0x08, 0x04, b'b', b'l', b'o', b'b']);
+    m.extend(payload);
+    m
+}
+
+/// Sends one raw HTTP request and returns the status line and body.
+fn raw_request(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn kubectl_creates_core_objects_sent_as_protobuf() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let k = start();
+
+    // kubectl sends the namespace as protobuf and is answered in protobuf.
+    let out = k.run(&["create", "namespace", "team-a", "-v=8"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "namespace/team-a created\n"
+    );
+    // Once for the request, once for the answer.
+    assert_eq!(
+        log.matches("Content-Type: application/vnd.kubernetes.protobuf")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("201 Created"), "{log}");
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "namespace",
+            "team-a",
+            "-o",
+            "jsonpath={.metadata.name}"
+        ]),
+        "team-a"
+    );
+
+    let module = wasm_module();
+    let wasm = k.dir.path().join("policy.wasm");
+    std::fs::write(&wasm, &module).unwrap();
+    let from_file = format!("--from-file=policy.wasm={}", wasm.display());
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "configmap",
+            "policy",
+            "-n",
+            "team-a",
+            &from_file,
+            "--from-literal=mode=enforce"
+        ]),
+        "configmap/policy created\n"
+    );
+    let stored = k.ok(&[
+        "get",
+        "cm",
+        "policy",
+        "-n",
+        "team-a",
+        "-o",
+        r"jsonpath={.binaryData.policy\.wasm}",
+    ]);
+    assert_eq!(b64.decode(stored.trim()).unwrap(), module);
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "cm",
+            "policy",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.data.mode}"
+        ]),
+        "enforce"
+    );
+
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "-n",
+            "team-a",
+            "--from-literal=token=s3cr3t",
+            "--type=Opaque",
+            &from_file
+        ]),
+        "secret/creds created\n"
+    );
+    let token = k.ok(&[
+        "get",
+        "secret",
+        "creds",
+        "-n",
+        "team-a",
+        "-o",
+        "jsonpath={.data.token}",
+    ]);
+    assert_eq!(b64.decode(token).unwrap(), b"s3cr3t");
+    let blob = k.ok(&[
+        "get",
+        "secret",
+        "creds",
+        "-n",
+        "team-a",
+        "-o",
+        r"jsonpath={.data.policy\.wasm}",
+    ]);
+    assert_eq!(b64.decode(blob).unwrap(), module);
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.type}"
+        ]),
+        "Opaque"
+    );
+    assert_eq!(
+        k.ok(&["create", "serviceaccount", "runner", "-n", "team-a"]),
+        "serviceaccount/runner created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "service",
+            "clusterip",
+            "web",
+            "-n",
+            "team-a",
+            "--tcp=80:8080"
+        ]),
+        "service/web created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "svc",
+            "web",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}"
+        ]),
+        "80 8080 web"
+    );
+    // A second create of the same name is refused as on a real server.
+    let err = k.fails(&["create", "namespace", "team-a"]);
+    assert!(err.contains("AlreadyExists"), "{err}");
+
+    // Bytes that are not a Kubernetes protobuf object: 400 with the reason, and nothing stored.
+    let namespaces = k.store.resource("", "namespaces").unwrap();
+    let before = k.store.list(&namespaces, None).0.len();
+    let post =
+        "POST /api/v1/namespaces HTTP/1.1\r\nContent-Type: application/vnd.kubernetes.protobuf";
+    for (body, expect) in [
+        (b"not protobuf".to_vec(), "magic number"),
+        (b"k8s\0\x12\xff\xff\xff\xff\x0f".to_vec(), "envelope"),
+        (
+            b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09Namespace\x12\x03\xff\xff\xff".to_vec(),
+            "Namespace in the protobuf body is malformed",
+        ),
+    ] {
+        let (status, answer) = raw_request(k.addr, post, &body);
+        assert!(status.contains(" 400 "), "{status} {answer}");
+        assert!(answer.contains(expect), "{answer}");
+        assert!(answer.contains(r#""kind":"Status""#), "{answer}");
+    }
+    let pod = b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00";
+    let (status, answer) = raw_request(k.addr, post, pod);
+    assert!(status.contains(" 415 "), "{status} {answer}");
+    assert_eq!(k.store.list(&namespaces, None).0.len(), before);
 }

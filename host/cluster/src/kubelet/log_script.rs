@@ -6,13 +6,13 @@
 //! the pod's `TF_CONFIG`, then step lines. The annotation takes one of two forms:
 //!
 //! - a script, `key=value` fields separated by `;`: `every=500ms;lines=10;text=step {i} loss
-//!   {loss}`. `every` (a duration, at least [`MIN_EVERY`]) prints a line that often while the
-//!   main container runs; without it the lines are printed at once when it starts. `lines`
-//!   stops after that many lines per run (at most [`MAX_LINES`]; without it, as many as the run
-//!   lasts with `every`, one line without). `text` comes last and takes the rest of the value, `;` and `=` included; in it `{i}` is
-//!   the line's number in the run (from 1), `{loss}` a loss that falls as `i` grows, `{task}`
-//!   the replica's task (`worker:1`) and `{run}` the run of the container (1, then 2 after a
-//!   restart in place). Without `text`, `step {i} loss {loss}`.
+//!   {loss}`. `every` (a duration, at least [`MIN_EVERY`]) prints a line that often while the main
+//!   container runs; without it the lines are printed at once when it starts. `lines` stops after
+//!   that many lines per run (at most [`MAX_LINES`]; without it, as many as the run lasts with
+//!   `every`, one line without). `text` comes last and takes the rest of the value, `;` and `=`
+//!   included; in it `{i}` is the line's number in the run (from 1), `{loss}` a loss that falls as
+//!   `i` grows, `{task}` the replica's task (`worker:1`) and `{run}` the run of the container (1,
+//!   then 2 after a restart in place). Without `text`, `step {i} loss {loss}`.
 //! - anything else is literal text, printed line by line when the container starts.
 //!
 //! Pure: parsing and rendering only; the kubelet loop owns the timers and the buffers.
