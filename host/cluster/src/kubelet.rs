@@ -88,6 +88,15 @@ pub fn spawn(store: Arc<Store>, config: KubeletConfig) -> tokio::task::JoinHandl
 
 /// Runs the simulation until `shutdown` resolves.
 pub async fn run(store: Arc<Store>, config: KubeletConfig, shutdown: impl Future<Output = ()>) {
+    // However the loop ends (shutdown, or the task aborted), followers of a container's log
+    // must not wait for lines that will never come: the server would hold their requests open.
+    struct CloseLogs(Arc<Store>);
+    impl Drop for CloseLogs {
+        fn drop(&mut self) {
+            self.0.logs().close_all();
+        }
+    }
+    let _close_logs = CloseLogs(Arc::clone(&store));
     let Some(mut k) = Kubelet::new(store, config) else {
         tracing::error!("the store serves no pods or nodes; the simulated kubelet stops");
         return;
@@ -165,7 +174,7 @@ struct LogPlan {
     starts: HashMap<String, String>,
     /// The main container's task (`worker:1`), for `{task}`.
     task: String,
-    script: Option<LogScript>,
+    script: LogScript,
     /// When the main container prints its next scripted line, that line's number, and the
     /// run it belongs to.
     tick: Option<(Instant, u32, u32)>,
@@ -201,7 +210,7 @@ impl LogPlan {
         let plan = LogPlan {
             starts,
             task,
-            script: Some(script),
+            script,
             tick: None,
         };
         (plan, problems)
@@ -742,25 +751,25 @@ impl Kubelet {
                         continue;
                     }
                     match &t.log.script {
-                        Some(LogScript::Literal(lines)) => {
+                        LogScript::Literal(lines) => {
                             for line in lines {
                                 log.push(now, line);
                             }
                         }
-                        Some(LogScript::Steps {
+                        LogScript::Steps {
                             every: None,
                             lines,
                             text,
-                        }) => {
+                        } => {
                             for i in 1..=*lines {
                                 log.push(now, &log_script::render_step(text, i, *run, &t.log.task));
                             }
                         }
-                        Some(LogScript::Steps {
+                        LogScript::Steps {
                             every: Some(every),
                             lines,
                             ..
-                        }) if *lines > 0 => {
+                        } if *lines > 0 => {
                             t.log.tick = Some((Instant::now() + *every, 1, *run));
                         }
                         _ => {}
@@ -780,11 +789,11 @@ impl Kubelet {
         };
         let (
             Stage::Bound { sim, .. },
-            Some(LogScript::Steps {
+            LogScript::Steps {
                 every: Some(every),
                 lines,
                 text,
-            }),
+            },
         ) = (&t.stage, &t.log.script)
         else {
             return;

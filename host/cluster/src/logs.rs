@@ -204,6 +204,15 @@ impl PodLogs {
         }
     }
 
+    /// Closes every current run: no kubelet writes any more.
+    pub fn close_all(&self) {
+        for logs in self.lock().values() {
+            if let Some(run) = &logs.current {
+                run.close();
+            }
+        }
+    }
+
     /// Forgets the pod's logs: it was deleted. Followers still reading end.
     pub fn remove_pod(&self, uid: &str) {
         let mut all = self.lock();
@@ -556,8 +565,12 @@ mod tests {
         assert_eq!(logs.current("u1", "c").unwrap().lines()[0].text, "second");
         logs.start_run("u1", "c");
         assert_eq!(logs.previous("u1", "c").unwrap().lines()[0].text, "second");
-        logs.start_run("u2", "c");
+        let other = logs.start_run("u2", "c");
+        logs.close_all();
+        assert!(other.is_closed());
+        let other = logs.start_run("u2", "c");
         logs.close_pod("u1");
+        assert!(!other.is_closed());
         assert!(logs.current("u1", "c").unwrap().is_closed());
         logs.remove_pod("u1");
         assert!(logs.current("u1", "c").is_none());

@@ -31,7 +31,8 @@ pub const LOG: &str = "sim.tfjob.dev/log";
 pub const MIN_EVERY: Duration = Duration::from_millis(10);
 /// The most scripted lines one run prints.
 pub const MAX_LINES: u32 = 100_000;
-/// The most lines a literal text prints.
+/// The most lines a literal text, or a script without `every`, prints at once: they are
+/// written in one go by the kubelet loop, which must not stall on them.
 pub const MAX_LITERAL_LINES: usize = 10_000;
 /// The longest template; a longer one is cut.
 pub const MAX_TEMPLATE_BYTES: usize = 4096;
@@ -39,9 +40,10 @@ pub const MAX_TEMPLATE_BYTES: usize = 4096;
 const DEFAULT_TEXT: &str = "step {i} loss {loss}";
 
 /// The scripted part of a container's log.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum LogScript {
     /// Nothing beyond the start and exit lines.
+    #[default]
     None,
     /// Lines printed as they are when the container starts.
     Literal(Vec<String>),
@@ -159,11 +161,15 @@ pub fn parse(raw: &str) -> (LogScript, Vec<String>) {
         }
         text.truncate(end);
     }
-    let script = LogScript::Steps {
-        every,
-        lines: lines.unwrap_or(if every.is_some() { MAX_LINES } else { 1 }),
-        text,
-    };
+    let mut lines = lines.unwrap_or(if every.is_some() { MAX_LINES } else { 1 });
+    let at_once = u32::try_from(MAX_LITERAL_LINES).unwrap_or(u32::MAX);
+    if every.is_none() && lines > at_once {
+        problems.push(format!(
+            "annotation {LOG}: lines={lines} without every; printing {at_once} at once"
+        ));
+        lines = at_once;
+    }
+    let script = LogScript::Steps { every, lines, text };
     (script, problems)
 }
 
@@ -351,6 +357,9 @@ mod tests {
         };
         assert!(text.len() <= MAX_TEMPLATE_BYTES);
         assert_eq!(problems.len(), 1);
+        let (s, problems) = parse("lines=99999;text=x");
+        assert_eq!(s.immediate(), 10_000);
+        assert_eq!(problems.len(), 1, "{problems:?}");
         let many = "x\n".repeat(MAX_LITERAL_LINES + 5);
         let (LogScript::Literal(lines), problems) = parse(&many) else {
             panic!("literal");
