@@ -98,6 +98,8 @@ pub fn plan_with(
         now: now(),
         settings,
         policies: &policies,
+        pod_group: None,
+        priority_classes: &Default::default(),
     })
 }
 

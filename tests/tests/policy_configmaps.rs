@@ -87,6 +87,7 @@ fn with_cluster_configured<F, Fut>(
             gpus_per_node: 0,
             default_duration: Duration::from_millis(300),
             startup: Duration::from_millis(20),
+            ..KubeletConfig::default()
         };
         configure(&mut options);
         let namespaces: Vec<String> = options

@@ -219,6 +219,19 @@ impl Quantity {
         }
     }
 
+    /// The exact sum, spelled in this quantity's family, or in `other`'s when this one is zero
+    /// (as the API server's `Quantity.Add` does); `None` on overflow.
+    pub fn checked_add(self, other: Quantity) -> Option<Quantity> {
+        Some(Quantity {
+            nanos: self.nanos.checked_add(other.nanos)?,
+            format: if self.nanos == 0 {
+                other.format
+            } else {
+                self.format
+            },
+        })
+    }
+
     /// Parses a k8s-openapi quantity.
     pub fn from_k8s(
         q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
@@ -488,5 +501,16 @@ mod tests {
         );
         assert_eq!(Quantity::ZERO.canonical(), "0");
         assert!(q("-1").is_negative());
+    }
+
+    #[test]
+    fn sums_keep_the_first_nonzero_family() {
+        let sum = |a: &str, b: &str| q(a).checked_add(q(b)).unwrap().canonical();
+        assert_eq!(sum("1Gi", "512Mi"), "1536Mi");
+        assert_eq!(sum("500m", "1500m"), "2");
+        assert_eq!(sum("0", "1Gi"), "1Gi");
+        assert_eq!(sum("1", "1Ki"), "1025");
+        // 10^29 units is 10^38 nano-units, just inside an i128; twice that is not.
+        assert_eq!(q("1e29").checked_add(q("1e29")), None);
     }
 }

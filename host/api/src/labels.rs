@@ -32,3 +32,15 @@ pub const MANAGED_BY_MULTIKUEUE: &str = "kueue.x-k8s.io/multikueue";
 
 /// The name this operator uses as field manager and event reporter.
 pub const CONTROLLER_NAME: &str = "tfjob-controller";
+
+/// The scheduler name that selects Volcano as the gang scheduler (any other gang scheduler
+/// name means scheduler-plugins' coscheduling).
+pub const VOLCANO_SCHEDULER: &str = "volcano";
+/// Pod annotation naming the Volcano PodGroup the pod belongs to.
+pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+/// Pod annotation naming the Volcano task (the lower-case replica type).
+pub const VOLCANO_TASK_ANNOTATION: &str = "volcano.sh/task-spec";
+/// Pod label naming the scheduler-plugins PodGroup the pod belongs to.
+pub const SCHEDULER_PLUGINS_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+/// The Volcano queue a PodGroup goes to when the job names none.
+pub const DEFAULT_QUEUE: &str = "default";

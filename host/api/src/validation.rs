@@ -15,7 +15,7 @@ use crate::labels::{
     DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_TRAINING_OPERATOR,
 };
-use crate::{CleanPodPolicy, ReplicaType, RestartPolicy, SuccessPolicy, TFJob};
+use crate::{CleanPodPolicy, ReplicaType, RestartPolicy, SchedulingPolicy, SuccessPolicy, TFJob};
 
 /// One problem with a job, located by its field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub struct ValidRunPolicy {
     pub active_deadline_seconds: Option<i64>,
     pub backoff_limit: Option<i32>,
     pub suspend: bool,
+    /// Gang-scheduling hints, as given (empty when the job names none).
+    pub scheduling: SchedulingPolicy,
 }
 
 /// A job whose spec passed validation, with every default applied.
@@ -135,6 +137,20 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
         ),
         ("activeDeadlineSeconds", run.active_deadline_seconds),
         ("backoffLimit", run.backoff_limit.map(i64::from)),
+        (
+            "schedulingPolicy.minAvailable",
+            run.scheduling_policy
+                .as_ref()
+                .and_then(|s| s.min_available)
+                .map(i64::from),
+        ),
+        (
+            "schedulingPolicy.scheduleTimeoutSeconds",
+            run.scheduling_policy
+                .as_ref()
+                .and_then(|s| s.schedule_timeout_seconds)
+                .map(i64::from),
+        ),
     ] {
         if value.is_some_and(|v| v < 0) {
             push(
@@ -241,6 +257,7 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
             active_deadline_seconds: run.active_deadline_seconds,
             backoff_limit: run.backoff_limit,
             suspend: run.suspend.unwrap_or(false),
+            scheduling: run.scheduling_policy.clone().unwrap_or_default(),
         },
         success_policy: spec.success_policy.unwrap_or_default(),
         enable_dynamic_worker: spec.enable_dynamic_worker.unwrap_or(false),

@@ -1,5 +1,8 @@
 //! CustomResourceDefinitions: the served resource type a CRD describes, and its status once
-//! established.
+//! established. [`podgroups`] holds the PodGroup CRDs of the gang schedulers the simulated
+//! kubelet can stand in for.
+
+pub mod podgroups;
 
 use serde_json::{Value, json};
 

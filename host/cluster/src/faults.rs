@@ -419,6 +419,7 @@ mod tests {
     fn req(verb: Verb, resource: &str) -> RequestInfo {
         RequestInfo {
             verb,
+            group: String::new(),
             resource: resource.into(),
         }
     }

@@ -14,13 +14,21 @@
 //! submodules; this file is the event loop: a watch on pods, one timer per pod, and writes
 //! through the store's status subresource. All per-pod state is keyed by uid, so a deleted or
 //! recreated pod takes its timer with it.
+//!
+//! Capacity can grow while it runs: a Node object created through the API with a
+//! `status.allocatable` is counted by the scheduler (and its pods run) like a simulated one.
+//! With [`KubeletConfig::gang_scheduler`] set, it also stands in for that gang scheduler
+//! (Volcano or the scheduler-plugins coscheduling plugin, [`gang`]): it serves the scheduler's
+//! PodGroup CRD, keeps the groups' status, and binds a group's pods all together or not at all.
+//! Pods naming a scheduler the cluster does not run stay `Pending` untouched.
 
+pub mod gang;
 pub mod log_script;
 pub mod schedule;
 pub mod script;
 pub mod status;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,8 +37,10 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use crate::crd::podgroups;
 use crate::error::ApiError;
 use crate::store::{EventType, Patch, ResourceType, Store, WatchEvent};
+use gang::{Decision, Family, GroupSpec, Members, Scheduling};
 use log_script::{LogEvent, LogScript};
 use schedule::{GPU, NodeView, Resources};
 use script::{PendingReason, Script};
@@ -64,6 +74,12 @@ pub struct KubeletConfig {
     pub default_duration: Duration,
     /// How long containers stay `ContainerCreating` after binding.
     pub startup: Duration,
+    /// The gang scheduler simulated besides `default-scheduler`: pods whose `schedulerName`
+    /// is this are scheduled by PodGroup. `volcano` simulates Volcano
+    /// (`scheduling.volcano.sh/v1beta1`), any other name the scheduler-plugins coscheduling
+    /// plugin (`scheduling.x-k8s.io/v1alpha1`); that PodGroup CRD is served while it is set.
+    /// `None` (the default): no gang scheduler, and pods naming one stay `Pending`.
+    pub gang_scheduler: Option<String>,
 }
 
 impl Default for KubeletConfig {
@@ -75,6 +91,7 @@ impl Default for KubeletConfig {
             gpus_per_node: 2,
             default_duration: Duration::from_secs(3),
             startup: Duration::from_millis(100),
+            gang_scheduler: None,
         }
     }
 }
@@ -83,7 +100,34 @@ impl Default for KubeletConfig {
 /// timers live in the task, so aborting leaves nothing behind; [`run`] takes a shutdown signal
 /// instead.
 pub fn spawn(store: Arc<Store>, config: KubeletConfig) -> tokio::task::JoinHandle<()> {
+    // Before the task starts, so a client creating PodGroups right after finds them served.
+    if let Err(e) = install_gang_crd(&store, &config) {
+        tracing::error!(error = %e, "cannot serve the PodGroup CRD");
+    }
     tokio::spawn(run(store, config, std::future::pending()))
+}
+
+/// The gang scheduler of the configuration, if one is set (`default-scheduler` is not one).
+fn gang_scheduler(config: &KubeletConfig) -> Option<&str> {
+    config
+        .gang_scheduler
+        .as_deref()
+        .filter(|n| !n.is_empty() && *n != gang::DEFAULT_SCHEDULER)
+}
+
+/// Serves the PodGroup CRD of the configured gang scheduler, as installing that scheduler
+/// does on a real cluster: stored (so kubectl and persistence see it) and Established. Nothing
+/// happens without a gang scheduler or when the CRD is served already.
+pub fn install_gang_crd(store: &Store, config: &KubeletConfig) -> Result<(), ApiError> {
+    let Some(name) = gang_scheduler(config) else {
+        return Ok(());
+    };
+    let crd = podgroups::crd_for(name);
+    let group = crd["spec"]["group"].as_str().unwrap_or_default();
+    if store.resource(group, podgroups::PLURAL).is_some() {
+        return Ok(());
+    }
+    crate::crd::install(store, crd).map(|_| ())
 }
 
 /// Runs the simulation until `shutdown` resolves.
@@ -97,6 +141,9 @@ pub async fn run(store: Arc<Store>, config: KubeletConfig, shutdown: impl Future
         }
     }
     let _close_logs = CloseLogs(Arc::clone(&store));
+    if let Err(e) = install_gang_crd(&store, &config) {
+        tracing::error!(error = %e, "cannot serve the PodGroup CRD");
+    }
     let Some(mut k) = Kubelet::new(store, config) else {
         tracing::error!("the store serves no pods or nodes; the simulated kubelet stops");
         return;
@@ -105,12 +152,17 @@ pub async fn run(store: Arc<Store>, config: KubeletConfig, shutdown: impl Future
     let mut rx = k.resync();
     tokio::pin!(shutdown);
     loop {
+        k.sync_groups();
         k.schedule();
         let deadline = k.next_deadline();
         tokio::select! {
             () = &mut shutdown => break,
             event = rx.recv() => match event {
                 Ok(e) if e.resource == k.pods_t.key() => k.on_event(&e),
+                Ok(e) if e.resource == k.nodes_t.key() => k.on_node_event(&e),
+                Ok(e) if k.gang.as_ref().is_some_and(|g| e.resource == g.groups_t.key()) => {
+                    k.on_group_event(&e);
+                }
                 Ok(_) => {}
                 Err(RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "the simulated kubelet fell behind; relisting pods");
@@ -163,8 +215,90 @@ struct Tracked {
     /// The script of the current run (clean once past `fail-times`).
     run: Script,
     stage: Stage,
+    /// Who schedules it.
+    scheduling: Scheduling,
+    /// `status.phase` as last seen, for its group's counters.
+    phase: String,
+    /// Bound to a node, as last seen.
+    bound: bool,
+    /// Being deleted: no longer a member of its group.
+    deleting: bool,
     /// What the containers print.
     log: LogPlan,
+}
+
+impl Tracked {
+    /// The pod's group, namespace first.
+    fn group(&self) -> Option<GroupKey> {
+        match &self.scheduling {
+            Scheduling::Group(g) => Some((self.namespace.clone(), g.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// A PodGroup: namespace and name.
+type GroupKey = (String, String);
+
+/// The simulated gang scheduler: what it knows of PodGroups and their members.
+struct Gang {
+    /// The scheduler name pods ask for.
+    name: String,
+    family: Family,
+    groups_t: ResourceType,
+    /// Every PodGroup, by namespace and name.
+    groups: HashMap<GroupKey, GroupEntry>,
+    /// The uids of each group's member pods, including groups not created (yet): kept as pods
+    /// come and go, so counting a group's members never lists pods.
+    members: HashMap<GroupKey, HashSet<String>>,
+    /// Groups whose status may be out of date.
+    stale: HashSet<GroupKey>,
+}
+
+struct GroupEntry {
+    /// The PodGroup as last seen (or written).
+    object: Value,
+    /// Arrival order, for first-come-first-served admission.
+    seq: u64,
+    /// How long members wait at permit (coscheduling).
+    timeout: Duration,
+    /// Coscheduling: since when the members have been waiting at permit for siblings that do
+    /// not fit; restarted at each timeout, as the plugin retries the rejected pods.
+    waiting_since: Option<Instant>,
+    /// Coscheduling: the current wait has timed out at least once.
+    timed_out: bool,
+}
+
+impl Gang {
+    fn upsert(&mut self, key: GroupKey, object: Value, seq: u64) -> bool {
+        let timeout = GroupSpec::of(&object)
+            .timeout
+            .unwrap_or(gang::DEFAULT_SCHEDULE_TIMEOUT);
+        self.stale.insert(key.clone());
+        match self.groups.get_mut(&key) {
+            Some(entry) if entry.object["metadata"]["uid"] == object["metadata"]["uid"] => {
+                // A new spec (minMember lowered) or phase can change what may be bound.
+                let changed = entry.object.get("spec") != object.get("spec")
+                    || entry.object.pointer("/status/phase") != object.pointer("/status/phase");
+                entry.object = object;
+                entry.timeout = timeout;
+                changed
+            }
+            _ => {
+                self.groups.insert(
+                    key,
+                    GroupEntry {
+                        object,
+                        seq,
+                        timeout,
+                        waiting_since: None,
+                        timed_out: false,
+                    },
+                );
+                true
+            }
+        }
+    }
 }
 
 /// The log lines of a pod's containers, decided when the pod is first seen.
@@ -237,6 +371,8 @@ struct Kubelet {
     seq: u64,
     /// Something that can change a scheduling verdict happened since the last pass.
     dirty: bool,
+    /// The gang scheduler, when one is simulated.
+    gang: Option<Gang>,
 }
 
 fn meta<'a>(pod: &'a Value, field: &str) -> &'a str {
@@ -257,6 +393,25 @@ fn node_name(pod: &Value) -> Option<&str> {
     pod.pointer("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
+}
+
+/// The phase, binding and deletion of a pod, as its group counts it.
+fn facts(pod: &Value) -> (String, bool, bool) {
+    (
+        pod.pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        node_name(pod).is_some(),
+        pod.pointer("/metadata/deletionTimestamp").is_some(),
+    )
+}
+
+fn group_phase(group: &Value) -> &str {
+    group
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn finished(pod: &Value) -> bool {
@@ -318,7 +473,30 @@ impl Kubelet {
                 }
             })
             .collect();
+        let gang = gang_scheduler(&config).and_then(|name| {
+            let family = Family::of(name);
+            let group = match family {
+                Family::Volcano => podgroups::VOLCANO_GROUP,
+                Family::Coscheduling => podgroups::COSCHEDULING_GROUP,
+            };
+            let Some(groups_t) = store.resource(group, podgroups::PLURAL) else {
+                tracing::error!(
+                    scheduler = name,
+                    "the PodGroup CRD is not served; gang scheduling is off"
+                );
+                return None;
+            };
+            Some(Gang {
+                name: name.to_owned(),
+                family,
+                groups_t,
+                groups: HashMap::new(),
+                members: HashMap::new(),
+                stale: HashSet::new(),
+            })
+        });
         Some(Kubelet {
+            gang,
             store,
             config,
             pods_t,
@@ -384,6 +562,13 @@ impl Kubelet {
     /// start and after falling behind the watch.
     fn resync(&mut self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
         loop {
+            // Nodes and groups first: their changes since are replayed below, and a change
+            // seen twice (replayed and received) is harmless, as both are handled by state.
+            let (nodes, nodes_rv) = self.store.list(&self.nodes_t, None);
+            let groups = self
+                .gang
+                .as_ref()
+                .map(|g| (g.groups_t.clone(), self.store.list(&g.groups_t, None)));
             let (items, rv) = self.store.list(&self.pods_t, None);
             let (past, rx) = match self.store.watch(&self.pods_t.key(), None, rv) {
                 Ok(w) => w,
@@ -393,9 +578,34 @@ impl Kubelet {
                     continue;
                 }
             };
-            let alive: std::collections::HashSet<&str> =
-                items.iter().map(|p| meta(p, "uid")).collect();
-            self.pods.retain(|uid, _| alive.contains(uid.as_str()));
+            for node in &nodes {
+                self.on_node(node);
+            }
+            self.replay(&self.nodes_t.key(), nodes_rv, |k, e| k.on_node_event(e));
+            if let Some((groups_t, (groups, groups_rv))) = groups {
+                let alive: HashSet<GroupKey> = groups
+                    .iter()
+                    .map(|g| (meta(g, "namespace").to_owned(), meta(g, "name").to_owned()))
+                    .collect();
+                if let Some(gang) = &mut self.gang {
+                    gang.groups.retain(|key, _| alive.contains(key));
+                }
+                for group in groups {
+                    self.on_group(group);
+                }
+                self.replay(&groups_t.key(), groups_rv, |k, e| k.on_group_event(e));
+            }
+            let alive: HashSet<&str> = items.iter().map(|p| meta(p, "uid")).collect();
+            let gone: Vec<String> = self
+                .pods
+                .keys()
+                .filter(|uid| !alive.contains(uid.as_str()))
+                .cloned()
+                .collect();
+            for uid in gone {
+                self.forget(&uid);
+            }
+            // Logs of pods this kubelet never tracked go too.
             self.store.logs().retain_pods(|uid| alive.contains(uid));
             for pod in &items {
                 self.observe(pod);
@@ -408,14 +618,23 @@ impl Kubelet {
         }
     }
 
+    /// Applies the changes of `resource` since `rv` (a list's resourceVersion) with `apply`.
+    fn replay(&mut self, resource: &str, rv: u64, apply: impl Fn(&mut Kubelet, &WatchEvent)) {
+        match self.store.watch(resource, None, rv) {
+            Ok((past, _)) => {
+                for e in &past {
+                    apply(self, e);
+                }
+            }
+            Err(e) => tracing::warn!(resource, error = %e, "cannot replay changes after a list"),
+        }
+    }
+
     fn on_event(&mut self, e: &WatchEvent) {
         let uid = meta(&e.object, "uid");
         if e.type_ == EventType::Deleted {
-            self.store.logs().remove_pod(uid);
-            if self.pods.remove(uid).is_some() {
-                // Whatever it held is free now.
-                self.dirty = true;
-            }
+            // Whatever it held is free now.
+            self.forget(uid);
             return;
         }
         // The event may be older than our own later writes: act on the current object.
@@ -423,19 +642,159 @@ impl Kubelet {
         match self.store.get(&self.pods_t, Some(ns), name) {
             Ok(pod) => {
                 if meta(&pod, "uid") != uid {
-                    self.store.logs().remove_pod(uid);
-                    if self.pods.remove(uid).is_some() {
-                        self.dirty = true;
-                    }
+                    self.forget(uid);
                 }
                 self.observe(&pod);
             }
+            Err(_) => self.forget(uid),
+        }
+    }
+
+    /// Drops a pod (gone, or replaced by one of another uid): its place is free, its group
+    /// has one member less, its logs go.
+    fn forget(&mut self, uid: &str) {
+        self.store.logs().remove_pod(uid);
+        let Some(t) = self.pods.remove(uid) else {
+            return;
+        };
+        self.dirty = true;
+        if let (Some(key), Some(gang)) = (t.group(), &mut self.gang) {
+            if let Some(members) = gang.members.get_mut(&key) {
+                members.remove(uid);
+                if members.is_empty() {
+                    gang.members.remove(&key);
+                }
+            }
+            gang.stale.insert(key);
+        }
+    }
+
+    /// Starts tracking a pod, as a member of its group if it has one.
+    fn insert(&mut self, uid: String, t: Tracked) {
+        if let (Some(key), Some(gang)) = (t.group(), &mut self.gang) {
+            gang.members
+                .entry(key.clone())
+                .or_default()
+                .insert(uid.clone());
+            gang.stale.insert(key);
+        }
+        self.pods.insert(uid, t);
+    }
+
+    /// A Node changed. The simulated nodes keep the capacity of the configuration (a node
+    /// object left by an earlier run with other sizes does not override it); any other node
+    /// counts with the allocatable resources it reports.
+    fn on_node_event(&mut self, e: &WatchEvent) {
+        if e.type_ == EventType::Deleted {
+            let name = meta(&e.object, "name");
+            if let Some(i) = self.is_ours(name).filter(|i| *i >= self.config.nodes) {
+                self.nodes.remove(i);
+                self.dirty = true;
+            }
+            return;
+        }
+        let (nodes_t, name) = (self.nodes_t.clone(), meta(&e.object, "name"));
+        match self.store.get(&nodes_t, None, name) {
+            Ok(node) => self.on_node(&node),
             Err(_) => {
-                self.store.logs().remove_pod(uid);
-                if self.pods.remove(uid).is_some() {
+                if let Some(i) = self.is_ours(name).filter(|i| *i >= self.config.nodes) {
+                    self.nodes.remove(i);
                     self.dirty = true;
                 }
             }
+        }
+    }
+
+    fn on_node(&mut self, node: &Value) {
+        let name = meta(node, "name");
+        if self.nodes[..self.config.nodes.min(self.nodes.len())]
+            .iter()
+            .any(|n| n.view.name == name)
+        {
+            return;
+        }
+        let position = self.is_ours(name);
+        match (schedule::node_view(node), position) {
+            (Some(view), Some(i)) => {
+                if self.nodes[i].view.allocatable != view.allocatable
+                    || self.nodes[i].view.labels != view.labels
+                {
+                    self.nodes[i].view.allocatable = view.allocatable;
+                    self.nodes[i].view.labels = view.labels;
+                    self.dirty = true;
+                }
+            }
+            (Some(view), None) => {
+                let i = self.nodes.len();
+                let ip = node
+                    .pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
+                    .and_then(|a| a["address"].as_str())
+                    .map_or_else(
+                        || format!("10.0.{}.{}", i / 250, i % 250 + 1),
+                        str::to_owned,
+                    );
+                tracing::info!(node = name, "node added to the simulated cluster");
+                self.nodes.push(Node {
+                    view,
+                    ip,
+                    next_pod_ip: 0,
+                });
+                self.dirty = true;
+            }
+            // Cordoned, or reporting no resources: nothing goes there any more.
+            (None, Some(i)) => {
+                self.nodes.remove(i);
+                self.dirty = true;
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// A PodGroup changed.
+    fn on_group_event(&mut self, e: &WatchEvent) {
+        let Some(gang) = &mut self.gang else {
+            return;
+        };
+        let key = (
+            meta(&e.object, "namespace").to_owned(),
+            meta(&e.object, "name").to_owned(),
+        );
+        if e.type_ == EventType::Deleted {
+            if gang
+                .groups
+                .get(&key)
+                .is_some_and(|g| g.object["metadata"]["uid"] == e.object["metadata"]["uid"])
+            {
+                gang.groups.remove(&key);
+                self.dirty = true;
+            }
+            return;
+        }
+        // As for pods, act on the current object rather than an old event.
+        match self.store.get(&gang.groups_t, Some(&key.0), &key.1) {
+            Ok(group) => self.on_group(group),
+            Err(_) => {
+                if gang.groups.remove(&key).is_some() {
+                    self.dirty = true;
+                }
+            }
+        }
+    }
+
+    fn on_group(&mut self, group: Value) {
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(gang) = &mut self.gang else {
+            return;
+        };
+        let key = (
+            meta(&group, "namespace").to_owned(),
+            meta(&group, "name").to_owned(),
+        );
+        if gang.upsert(key, group, seq) {
+            self.dirty = true;
         }
     }
 
@@ -447,6 +806,13 @@ impl Kubelet {
     fn observe(&mut self, pod: &Value) {
         let uid = meta(pod, "uid").to_owned();
         if let Some(t) = self.pods.get_mut(&uid) {
+            let (phase, bound, deleting) = facts(pod);
+            if (&t.phase, t.bound, t.deleting) != (&phase, bound, deleting) {
+                (t.phase, t.bound, t.deleting) = (phase, bound, deleting);
+                if let (Some(key), Some(gang)) = (t.group(), &mut self.gang) {
+                    gang.stale.insert(key);
+                }
+            }
             match t.stage {
                 Stage::Done => {}
                 _ if finished(pod) => {
@@ -476,7 +842,7 @@ impl Kubelet {
         }
         if finished(pod) {
             let t = self.tracked(pod, Script::clean(Duration::ZERO), Stage::Done);
-            self.pods.insert(uid, t);
+            self.insert(uid, t);
             return;
         }
         let ours = match node_name(pod) {
@@ -484,7 +850,7 @@ impl Kubelet {
                 Some(i) => Some(i),
                 None => {
                     let t = self.tracked(pod, Script::clean(Duration::ZERO), Stage::Done);
-                    self.pods.insert(uid, t);
+                    self.insert(uid, t);
                     return;
                 }
             },
@@ -507,19 +873,22 @@ impl Kubelet {
         };
         match ours {
             Some(i) => {
-                self.pods.insert(uid.clone(), t);
+                self.insert(uid.clone(), t);
                 self.start(&uid, pod, i);
             }
-            None if t.run.pending_reason == Some(PendingReason::Unschedulable) => {
+            // No scheduler serves the pod: nobody would say why it waits.
+            None if t.run.pending_reason == Some(PendingReason::Unschedulable)
+                && t.scheduling != Scheduling::Unserved =>
+            {
                 t.stage = Stage::NeverScheduled;
                 let message = scripted_unschedulable(self.nodes.len());
-                self.pods.insert(uid.clone(), t);
+                self.insert(uid.clone(), t);
                 self.write_status(&uid, |prev| {
                     status::unschedulable_status(prev, &message, Timestamp::now())
                 });
             }
             None => {
-                self.pods.insert(uid, t);
+                self.insert(uid, t);
                 self.dirty = true;
             }
         }
@@ -535,6 +904,8 @@ impl Kubelet {
             // Pods outside a job count their runs by name.
             label(pod, script::REPLICA_INDEX_LABEL).unwrap_or_else(|| name.to_owned()),
         );
+        let gang = self.gang.as_ref().map(|g| (g.name.as_str(), g.family));
+        let (phase, bound, deleting) = facts(pod);
         Tracked {
             namespace: ns.to_owned(),
             name: name.to_owned(),
@@ -544,6 +915,10 @@ impl Kubelet {
             script,
             stage,
             log: LogPlan::default(),
+            scheduling: gang::scheduling_of(pod, gang),
+            phase,
+            bound,
+            deleting,
         }
     }
 
@@ -627,22 +1002,30 @@ impl Kubelet {
         self.write_sim(uid);
     }
 
-    /// The earliest timer of any pod.
+    /// The earliest timer of any pod, or of a coscheduled group's wait at permit.
     fn next_deadline(&self) -> Option<Instant> {
-        self.pods
-            .values()
-            .flat_map(|t| {
-                let step = match &t.stage {
-                    Stage::Bound {
-                        timer: Some((at, _)),
-                        ..
-                    } => Some(*at),
-                    _ => None,
-                };
-                [step, t.log.tick.map(|(at, _, _)| at)]
-            })
-            .flatten()
-            .min()
+        let pods = self.pods.values().flat_map(|t| {
+            let step = match &t.stage {
+                Stage::Bound {
+                    timer: Some((at, _)),
+                    ..
+                } => Some(*at),
+                _ => None,
+            };
+            // The main container's next scripted log line.
+            [step, t.log.tick.map(|(at, _, _)| at)]
+                .into_iter()
+                .flatten()
+        });
+        pods.chain(self.permit_deadlines()).min()
+    }
+
+    /// When each coscheduled group waiting at permit times out.
+    fn permit_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.gang
+            .iter()
+            .flat_map(|g| g.groups.values())
+            .filter_map(|e| Some(e.waiting_since? + e.timeout))
     }
 
     /// Runs every timer due by `now`.
@@ -666,6 +1049,10 @@ impl Kubelet {
             .collect();
         for uid in ticks {
             self.tick_log(&uid);
+        }
+        // A wait at permit ran out: the next pass rejects the group's members.
+        if self.permit_deadlines().any(|at| at <= now) {
+            self.dirty = true;
         }
     }
 
@@ -837,9 +1224,7 @@ impl Kubelet {
             let current = match self.store.get(&self.pods_t, Some(&ns), &name) {
                 Ok(p) if meta(&p, "uid") == uid => p,
                 _ => {
-                    self.store.logs().remove_pod(uid);
-                    self.pods.remove(uid);
-                    self.dirty = true;
+                    self.forget(uid);
                     return;
                 }
             };
@@ -865,64 +1250,408 @@ impl Kubelet {
     }
 
     /// One scheduling pass over the pods waiting for a node, first come first served, if
-    /// anything changed since the last.
+    /// anything changed since the last. A pod of a gang group is taken with the rest of its
+    /// group when its turn comes; pods no scheduler here serves are passed over.
     fn schedule(&mut self) {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
+        let visited = self.schedule_pass();
+        // A group not tried in this pass has no member waiting: it waits at permit no more.
+        if let Some(gang) = &mut self.gang {
+            for (key, entry) in &mut gang.groups {
+                if !visited.contains(key) {
+                    entry.waiting_since = None;
+                    entry.timed_out = false;
+                }
+            }
+        }
+    }
+
+    /// The pass itself; returns the groups whose waiting members it tried.
+    fn schedule_pass(&mut self) -> HashSet<GroupKey> {
+        let mut visited = HashSet::new();
         let mut waiting: Vec<(u64, String)> = self
             .pods
             .iter()
-            .filter(|(_, t)| matches!(t.stage, Stage::Unscheduled))
+            .filter(|(_, t)| {
+                matches!(t.stage, Stage::Unscheduled) && t.scheduling != Scheduling::Unserved
+            })
             .map(|(uid, t)| (t.seq, uid.clone()))
             .collect();
-        if waiting.is_empty() {
-            return;
+        let admitting = self.gang.as_ref().is_some_and(|g| {
+            g.family == Family::Volcano
+                && g.groups
+                    .values()
+                    .any(|e| !gang::volcano_admitted(group_phase(&e.object)))
+        });
+        if waiting.is_empty() && !admitting {
+            return visited;
         }
         waiting.sort();
         let mut views: Vec<NodeView> = self.nodes.iter().map(|n| n.view.clone()).collect();
+        // What each group's bound pods use, for Volcano's reservations and the coscheduling
+        // resource check; taken from the same list as the nodes' usage.
+        let mut group_usage: HashMap<GroupKey, Resources> = HashMap::new();
         let (pods, _) = self.store.list(&self.pods_t, None);
         for pod in pods.iter().filter(|p| !finished(p)) {
             if let Some(i) = node_name(pod).and_then(|n| self.is_ours(n)) {
-                schedule::add_usage(&mut views[i], &schedule::pod_requests(pod));
+                let requests = schedule::pod_requests(pod);
+                schedule::add_usage(&mut views[i], &requests);
+                if let Some(key) = self.pods.get(meta(pod, "uid")).and_then(Tracked::group) {
+                    gang::add(group_usage.entry(key).or_default(), &requests);
+                }
             }
+        }
+        if admitting {
+            self.admit(&views, &group_usage);
         }
         for (_, uid) in waiting {
             let Some(t) = self.pods.get(&uid) else {
                 continue;
             };
-            let pod = match self.store.get(&self.pods_t, Some(&t.namespace), &t.name) {
-                Ok(p) if meta(&p, "uid") == uid && node_name(&p).is_none() => p,
-                // Gone, replaced or bound meanwhile: its own event says what to do.
-                _ => continue,
-            };
-            match schedule::choose_node(&pod, &views) {
-                Ok(i) => {
-                    if let Err(e) = self.bind(&pod, &views[i].name) {
-                        tracing::warn!(pod = t.name, error = %e, "binding failed; retrying later");
-                        self.dirty = true;
-                        continue;
-                    }
-                    schedule::add_usage(&mut views[i], &schedule::pod_requests(&pod));
-                    // Bind changed the object: start from the stored one.
-                    let bound = self
-                        .store
-                        .get(
-                            &self.pods_t,
-                            Some(meta(&pod, "namespace")),
-                            meta(&pod, "name"),
-                        )
-                        .unwrap_or(pod);
-                    self.start(&uid, &bound, i);
+            if let Some(key) = t.group() {
+                if visited.insert(key.clone()) {
+                    self.schedule_group(&key, &mut views, &group_usage);
                 }
-                Err(message) => {
-                    tracing::debug!(pod = t.name, %message, "pod unschedulable");
-                    self.write_status(&uid, |prev| {
-                        status::unschedulable_status(prev, &message, Timestamp::now())
-                    });
+                continue;
+            }
+            self.schedule_one(&uid, &mut views);
+        }
+        visited
+    }
+
+    /// Schedules one pod on its own, as the default scheduler does.
+    fn schedule_one(&mut self, uid: &str, views: &mut [NodeView]) {
+        let Some(pod) = self.waiting_pod(uid) else {
+            return;
+        };
+        match schedule::choose_node(&pod, views) {
+            Ok(i) => self.bind_and_start(uid, &pod, i, views),
+            Err(message) => {
+                tracing::debug!(pod = meta(&pod, "name"), %message, "pod unschedulable");
+                self.write_status(uid, |prev| {
+                    status::unschedulable_status(prev, &message, Timestamp::now())
+                });
+            }
+        }
+    }
+
+    /// The stored pod of a tracked uid, if it still waits for a node. Gone, replaced or bound
+    /// meanwhile: its own event says what to do.
+    fn waiting_pod(&self, uid: &str) -> Option<Value> {
+        let t = self.pods.get(uid)?;
+        self.store
+            .get(&self.pods_t, Some(&t.namespace), &t.name)
+            .ok()
+            .filter(|p| meta(p, "uid") == uid && node_name(p).is_none())
+    }
+
+    /// Binds a pod to node `i` and starts it there.
+    fn bind_and_start(&mut self, uid: &str, pod: &Value, i: usize, views: &mut [NodeView]) {
+        if let Err(e) = self.bind(pod, &views[i].name) {
+            tracing::warn!(pod = meta(pod, "name"), error = %e, "binding failed; retrying later");
+            self.dirty = true;
+            return;
+        }
+        schedule::add_usage(&mut views[i], &schedule::pod_requests(pod));
+        // Bind changed the object: start from the stored one.
+        let bound = self
+            .store
+            .get(
+                &self.pods_t,
+                Some(meta(pod, "namespace")),
+                meta(pod, "name"),
+            )
+            .unwrap_or_else(|_| pod.clone());
+        self.start(uid, &bound, i);
+    }
+
+    /// Volcano's enqueue step: `Pending` groups, oldest first, become `Inqueue` while their
+    /// `minResources` fit the idle resources left by bound pods and by the reservations of
+    /// groups admitted earlier.
+    fn admit(&mut self, views: &[NodeView], group_usage: &HashMap<GroupKey, Resources>) {
+        let Some(gang) = &self.gang else {
+            return;
+        };
+        let none = Resources::new();
+        let mut free = gang::idle(views);
+        let mut candidates = Vec::new();
+        for (key, entry) in &gang.groups {
+            let spec = GroupSpec::of(&entry.object);
+            match group_phase(&entry.object) {
+                "Inqueue" => gang::subtract(
+                    &mut free,
+                    &gang::reservation(&spec.min_resources, group_usage.get(key).unwrap_or(&none)),
+                ),
+                "" | "Pending" => candidates.push((entry.seq, key.clone(), spec)),
+                _ => {}
+            }
+        }
+        candidates.sort_by_key(|(seq, _, _)| *seq);
+        for (_, key, spec) in candidates {
+            if !gang::admits(&spec.min_resources, &free) {
+                continue;
+            }
+            gang::subtract(&mut free, &spec.min_resources);
+            tracing::debug!(group = key.1, namespace = key.0, "podgroup Inqueue");
+            self.write_group_status(&key, |prev| {
+                let mut status = prev.cloned().unwrap_or_else(|| json!({}));
+                status["phase"] = json!("Inqueue");
+                status
+            });
+        }
+    }
+
+    /// Schedules the waiting members of a group: all of them at once, or none, with the
+    /// scheduler's message on each.
+    fn schedule_group(
+        &mut self,
+        key: &GroupKey,
+        views: &mut [NodeView],
+        group_usage: &HashMap<GroupKey, Resources>,
+    ) {
+        let Some(g) = &self.gang else {
+            return;
+        };
+        let family = g.family;
+        let mut uids: Vec<(u64, String)> = g
+            .members
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| {
+                let t = self.pods.get(uid)?;
+                matches!(t.stage, Stage::Unscheduled).then(|| (t.seq, uid.clone()))
+            })
+            .collect();
+        uids.sort();
+        let waiting: Vec<(String, Value)> = uids
+            .into_iter()
+            .filter_map(|(_, uid)| Some((uid.clone(), self.waiting_pod(&uid)?)))
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let members = self.members_of(key);
+        let name = format!("{}/{}", key.0, key.1);
+        let Some(entry) = g.groups.get(key) else {
+            // Volcano leaves pods of a missing group alone; the coscheduling permit rejects them.
+            if family == Family::Coscheduling {
+                let message = gang::message(
+                    family,
+                    &name,
+                    "",
+                    &gang::Blocked::GroupMissing,
+                    &GroupSpec::default(),
+                    members,
+                    views.len(),
+                );
+                for (uid, pod) in &waiting {
+                    self.report_unschedulable(uid, pod, &message);
+                }
+            }
+            return;
+        };
+        let spec = GroupSpec::of(&entry.object);
+        let phase = group_phase(&entry.object).to_owned();
+        let none = Resources::new();
+        let group = gang::Group {
+            family,
+            spec: &spec,
+            phase: &phase,
+            members,
+            own_usage: group_usage.get(key).unwrap_or(&none),
+        };
+        let pods: Vec<&Value> = waiting.iter().map(|(_, p)| p).collect();
+        let decision = gang::decide(&group, &pods, views);
+        let blocked = match decision {
+            Decision::Together(placement) => {
+                tracing::debug!(group = name, pods = waiting.len(), "gang bound");
+                self.stop_waiting(key);
+                for ((uid, pod), i) in waiting.iter().zip(placement) {
+                    self.bind_and_start(uid, pod, i, views);
+                }
+                return;
+            }
+            Decision::Individually => {
+                self.stop_waiting(key);
+                for (uid, _) in &waiting {
+                    self.schedule_one(uid, views);
+                }
+                return;
+            }
+            Decision::Wait(blocked) => blocked,
+        };
+        // Coscheduled members that passed pre-filter wait at permit for their siblings; after
+        // the group's timeout they are rejected with the plugin's message and tried again.
+        let timed_out = match (
+            &blocked,
+            self.gang.as_mut().and_then(|g| g.groups.get_mut(key)),
+        ) {
+            (gang::Blocked::NoFit { .. }, Some(entry)) if family == Family::Coscheduling => {
+                let now = Instant::now();
+                let since = *entry.waiting_since.get_or_insert(now);
+                if now.duration_since(since) >= entry.timeout {
+                    entry.timed_out = true;
+                    entry.waiting_since = Some(now);
+                }
+                entry.timed_out.then_some(entry.timeout)
+            }
+            (_, Some(entry)) => {
+                entry.waiting_since = None;
+                entry.timed_out = false;
+                None
+            }
+            (_, None) => None,
+        };
+        for (uid, pod) in &waiting {
+            let message = match timed_out {
+                Some(timeout) => gang::timeout_message(timeout),
+                None => gang::message(
+                    family,
+                    &name,
+                    meta(pod, "name"),
+                    &blocked,
+                    &spec,
+                    members,
+                    views.len(),
+                ),
+            };
+            self.report_unschedulable(uid, pod, &message);
+        }
+    }
+
+    /// The group's members no longer wait at permit.
+    fn stop_waiting(&mut self, key: &GroupKey) {
+        if let Some(entry) = self.gang.as_mut().and_then(|g| g.groups.get_mut(key)) {
+            entry.waiting_since = None;
+            entry.timed_out = false;
+        }
+    }
+
+    /// Sets `PodScheduled=False` with `message`, unless the pod says so already: a gang waits
+    /// through many passes, and rewriting the same condition would only wake every watcher.
+    fn report_unschedulable(&mut self, uid: &str, pod: &Value, message: &str) {
+        let current = pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c["status"] == "False" && c["reason"] == "Unschedulable" && c["message"] == message
+        }) {
+            return;
+        }
+        tracing::debug!(pod = meta(pod, "name"), %message, "gang member unschedulable");
+        self.write_status(uid, |prev| {
+            status::unschedulable_status(prev, message, Timestamp::now())
+        });
+    }
+
+    /// The members of a group by where they stand, from the pods tracked (no listing).
+    fn members_of(&self, key: &GroupKey) -> Members {
+        let mut members = Members::default();
+        let Some(uids) = self.gang.as_ref().and_then(|g| g.members.get(key)) else {
+            return members;
+        };
+        for t in uids.iter().filter_map(|uid| self.pods.get(uid)) {
+            if !t.deleting {
+                members.add(&t.phase, t.bound);
+            }
+        }
+        members
+    }
+
+    /// Brings the status of every group whose members or spec changed up to date.
+    fn sync_groups(&mut self) {
+        let Some(g) = &mut self.gang else {
+            return;
+        };
+        if g.stale.is_empty() {
+            return;
+        }
+        let family = g.family;
+        let stale: Vec<GroupKey> = g.stale.drain().collect();
+        let now = Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_else(|_| Timestamp::now())
+            .to_string();
+        for key in stale {
+            let Some(entry) = self.gang.as_ref().and_then(|g| g.groups.get(&key)) else {
+                continue;
+            };
+            let min = GroupSpec::of(&entry.object).min_member;
+            let previous = entry.object.get("status").cloned();
+            let members = self.members_of(&key);
+            let status = match family {
+                Family::Volcano => gang::volcano_status(previous.as_ref(), min, members),
+                Family::Coscheduling => {
+                    // Only read on the way out of Pending: the pods are fetched then alone.
+                    let owners = (group_phase(&entry.object) == "Pending")
+                        .then(|| self.member_pods(&key))
+                        .map(|pods| gang::occupied_by(&pods));
+                    gang::coscheduling_status(
+                        previous.as_ref(),
+                        min,
+                        members,
+                        owners.as_deref(),
+                        &now,
+                    )
+                }
+            };
+            if previous.as_ref() != Some(&status) {
+                self.write_group_status(&key, |_| status.clone());
+            }
+        }
+    }
+
+    /// The stored member pods of a group.
+    fn member_pods(&self, key: &GroupKey) -> Vec<Value> {
+        let Some(uids) = self.gang.as_ref().and_then(|g| g.members.get(key)) else {
+            return Vec::new();
+        };
+        uids.iter()
+            .filter_map(|uid| {
+                let t = self.pods.get(uid)?;
+                self.store
+                    .get(&self.pods_t, Some(&t.namespace), &t.name)
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// Writes a group's status through the status subresource, computed from the stored one,
+    /// retrying on conflicts; the cached group follows, and a new phase triggers a pass.
+    fn write_group_status(&mut self, key: &GroupKey, render: impl Fn(Option<&Value>) -> Value) {
+        let Some(groups_t) = self.gang.as_ref().map(|g| g.groups_t.clone()) else {
+            return;
+        };
+        for _ in 0..5 {
+            let Ok(current) = self.store.get(&groups_t, Some(&key.0), &key.1) else {
+                return;
+            };
+            let mut body = current.clone();
+            body["status"] = render(current.get("status"));
+            match self
+                .store
+                .replace(&groups_t, Some(&key.0), &key.1, body, true)
+            {
+                Ok(written) => {
+                    self.on_group(written);
+                    return;
+                }
+                Err(e) if e.reason == "Conflict" => continue,
+                Err(e) => {
+                    tracing::warn!(group = key.1, namespace = key.0, error = %e, "cannot write podgroup status");
+                    return;
                 }
             }
         }
+        tracing::warn!(
+            group = key.1,
+            namespace = key.0,
+            "podgroup status kept conflicting; giving up"
+        );
     }
 
     /// Sets `spec.nodeName`, as the binding subresource does.

@@ -57,6 +57,8 @@ impl std::fmt::Display for Verb {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestInfo {
     pub verb: Verb,
+    /// The API group (`""` for the core group), as RBAC rules name it.
+    pub group: String,
     /// The resource's plural (`pods`, `tfjobs`), with the subresource when there is one
     /// (`pods/status`).
     pub resource: String,
@@ -76,8 +78,9 @@ impl RequestInfo {
 /// OpenAPI documents and the `/debug` endpoints.
 pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
-    let rest = match segments.as_slice() {
-        ["api", _version, rest @ ..] | ["apis", _, _version, rest @ ..] if !rest.is_empty() => rest,
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] if !rest.is_empty() => ("", rest),
+        ["apis", group, _version, rest @ ..] if !rest.is_empty() => (*group, rest),
         _ => return None,
     };
     // `namespaces/<ns>/<plural>/...` addresses a namespaced resource; shorter paths under
@@ -107,7 +110,11 @@ pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
         Some(sub) => format!("{plural}/{sub}"),
         None => plural.to_owned(),
     };
-    Some(RequestInfo { verb, resource })
+    Some(RequestInfo {
+        verb,
+        group: group.to_owned(),
+        resource,
+    })
 }
 
 /// The client of a request: the product token of its `User-Agent`.
@@ -129,6 +136,7 @@ fn status_class(status: StatusCode) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     verb: Verb,
+    group: String,
     resource: String,
     class: String,
     agent: String,
@@ -157,6 +165,8 @@ pub struct RequestCount {
 pub struct AgentCount {
     pub agent: String,
     pub verb: Verb,
+    /// API group (`""` for the core group).
+    pub group: String,
     pub resource: String,
     pub count: u64,
 }
@@ -232,6 +242,7 @@ impl RequestStats {
     pub fn record(&self, info: &RequestInfo, agent: &str, status: StatusCode) {
         let key = Key {
             verb: info.verb,
+            group: info.group.clone(),
             resource: info.resource.clone(),
             class: status_class(status),
             agent: agent.to_owned(),
@@ -248,12 +259,14 @@ impl RequestStats {
     pub fn snapshot(&self) -> RequestSnapshot {
         let counts = self.lock().clone();
         let mut requests: BTreeMap<(Verb, String, String), u64> = BTreeMap::new();
-        let mut agents: BTreeMap<(String, Verb, String), u64> = BTreeMap::new();
+        let mut agents: BTreeMap<(String, Verb, String, String), u64> = BTreeMap::new();
         for (k, n) in counts {
             *requests
                 .entry((k.verb, k.resource.clone(), k.class))
                 .or_default() += n;
-            *agents.entry((k.agent, k.verb, k.resource)).or_default() += n;
+            *agents
+                .entry((k.agent, k.verb, k.group, k.resource))
+                .or_default() += n;
         }
         RequestSnapshot {
             requests: requests
@@ -267,9 +280,10 @@ impl RequestStats {
                 .collect(),
             agents: agents
                 .into_iter()
-                .map(|((agent, verb, resource), count)| AgentCount {
+                .map(|((agent, verb, group, resource), count)| AgentCount {
                     agent,
                     verb,
+                    group,
                     resource,
                     count,
                 })
@@ -284,6 +298,17 @@ mod tests {
 
     fn info(method: Method, uri: &str) -> Option<(Verb, String)> {
         classify(&method, &uri.parse().unwrap()).map(|i| (i.verb, i.resource))
+    }
+
+    #[test]
+    fn requests_carry_their_api_group() {
+        let group = |uri: &str| classify(&Method::GET, &uri.parse().unwrap()).unwrap().group;
+        assert_eq!(group("/api/v1/namespaces/ns/pods"), "");
+        assert_eq!(group("/apis/kubeflow.org/v1/tfjobs"), "kubeflow.org");
+        assert_eq!(
+            group("/apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups/j"),
+            "scheduling.volcano.sh"
+        );
     }
 
     #[test]
@@ -356,10 +381,12 @@ mod tests {
         let s = RequestStats::new();
         let create = RequestInfo {
             verb: Verb::Create,
+            group: String::new(),
             resource: "pods".into(),
         };
         let status = RequestInfo {
             verb: Verb::Patch,
+            group: "kubeflow.org".into(),
             resource: "tfjobs/status".into(),
         };
         s.record(&create, "op", StatusCode::CREATED);

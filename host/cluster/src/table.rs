@@ -116,11 +116,16 @@ pub fn table(t: &ResourceType, objects: &[Value], resource_version: u64) -> Valu
         .filter(|c| c["jsonPath"] != ".metadata.creationTimestamp")
         .collect();
     for c in &printer {
-        columns.push(column(
+        let mut def = column(
             c["name"].as_str().unwrap_or(""),
             c["type"].as_str().unwrap_or("string"),
             "",
-        ));
+        );
+        // kubectl shows columns of a higher priority with `-o wide` only.
+        if let Some(p) = c.get("priority").filter(|p| p.is_u64()) {
+            def["priority"] = p.clone();
+        }
+        columns.push(def);
     }
     columns.push(column("Age", "string", ""));
     let rows: Vec<Value> = objects

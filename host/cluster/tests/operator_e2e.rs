@@ -52,6 +52,7 @@ async fn start() -> Env {
         namespace: None,
         threads: 2,
         metrics_addr: None,
+        probe_addr: None,
         stall_after: tfjob_controller::STALL_AFTER,
         settings: Default::default(),
         policies: Arc::new(NativePolicies::default()),

@@ -1,5 +1,5 @@
 //! Shared state of the reconcile loop: API client, caches of owned pods and services, event
-//! recorder, metrics, policies, and the per-job error backoff.
+//! recorder, metrics, policies, the gang-scheduling caches, and the per-job error backoff.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -11,6 +11,7 @@ use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use kube::runtime::reflector::Store;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
+use crate::gang::GangCaches;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
@@ -38,6 +39,8 @@ pub struct Context {
     pub created_services: RecentlyCreated<Service>,
     /// Reconciles in flight, for `/healthz`.
     pub progress: Arc<Progress>,
+    /// PodGroups and priority classes, when jobs are gang-scheduled.
+    pub gang: Option<GangCaches>,
 }
 
 impl Context {
@@ -63,7 +66,14 @@ impl Context {
             created_pods: RecentlyCreated::new(BELIEVE_FOR),
             created_services: RecentlyCreated::new(BELIEVE_FOR),
             progress: Arc::default(),
+            gang: None,
         }
+    }
+
+    /// The same context, gang-scheduling jobs with these caches.
+    pub fn with_gang(mut self, gang: GangCaches) -> Context {
+        self.gang = Some(gang);
+        self
     }
 
     /// Pods whose controller owner is the job with `uid`, with those created but not cached yet.

@@ -27,6 +27,9 @@ pub enum Error {
     /// The planner task did not finish (it panicked or was cancelled).
     #[error("planner task failed: {0}")]
     PlannerTask(String),
+    /// An object the operator built could not be encoded (a bug, reported instead of panicking).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -35,7 +38,7 @@ impl Error {
         match self {
             Error::Kube { .. } => "api",
             Error::Plan(_) | Error::PolicyStuck { .. } => "policy",
-            Error::PlannerTask(_) => "internal",
+            Error::PlannerTask(_) | Error::Internal(_) => "internal",
         }
     }
 

@@ -1,7 +1,8 @@
 //! Carrying out a [`Plan`] against the API, in the order that keeps it idempotent:
 //! status first (optimistic concurrency on the job's resourceVersion, so a stale job cache
 //! conflicts instead of counting a restart twice), then deletions (with uid preconditions), then
-//! creations (AlreadyExists is success), then events, then the TTL deletion of the job.
+//! creations (AlreadyExists is success), then events, then the TTL deletion of the job. A
+//! PodGroup change goes between the status and the pods.
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tfjob_planner::{Deletion, EventType, JobEvent, Plan};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::gang::{self, Applied};
 
 /// How soon a job is looked at again after its status write lost an optimistic-concurrency race.
 pub const CONFLICT_RETRY: Duration = Duration::from_millis(500);
@@ -58,6 +60,14 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
                 ));
             }
         }
+    }
+
+    // The group before any pod: a gang scheduler must find the group its pods name. A group
+    // that cannot be written stops the reconcile here, as 1.9 created no pods then.
+    if let (Some(change), Some(gang)) = (&plan.pod_group, &ctx.gang)
+        && let Applied::Conflict = gang::apply(ctx, gang, job, &reference, change).await?
+    {
+        return Ok(Executed::Conflict);
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` and `/readyz`.
+//! The operator's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` and `/readyz` on the
+//! metrics address, and the probes alone on the probe address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,24 +26,42 @@ pub struct Endpoint {
     pub stall_after: Duration,
 }
 
-/// The router, separate from serving so tests can call it directly.
+/// The router of the metrics address, separate from serving so tests can call it directly.
+/// It answers the probes too, so a deployment that probes the metrics port keeps working.
 pub fn router(endpoint: Endpoint) -> Router {
+    probes_router(endpoint.clone()).merge(
+        Router::new()
+            .route("/metrics", get(metrics))
+            .with_state(endpoint),
+    )
+}
+
+/// The router of the probe address (`--health-probe-bind-address`): `/healthz` and `/readyz`.
+pub fn probes_router(endpoint: Endpoint) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(endpoint)
 }
 
-/// Binds `addr` and serves until `shutdown` resolves.
+/// Binds `addr`, so that an address in use stops the operator at start instead of leaving it
+/// without probes.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
 pub async fn serve(
-    addr: SocketAddr,
-    endpoint: Endpoint,
+    listener: tokio::net::TcpListener,
+    router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    axum::serve(listener, router(endpoint))
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving HTTP");
+    }
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -135,6 +154,14 @@ mod tests {
         );
         e.ready.store(true, Ordering::Release);
         assert_eq!(get(router(e.clone()), "/readyz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(probes_router(e.clone()), "/readyz").await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            get(probes_router(e.clone()), "/metrics").await.0,
+            StatusCode::NOT_FOUND
+        );
         let (status, body) = get(router(e), "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(

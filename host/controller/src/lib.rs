@@ -1,7 +1,8 @@
 //! Kubernetes IO of the TFJob operator.
 //!
 //! A kube-runtime `Controller` on TFJobs that owns Pods and Services: shared reflector caches
-//! feed both the controller's triggers and the planner's view of each job's objects; every
+//! feed both the controller's triggers and the planner's view of each job's objects (and, with a
+//! gang scheduler, of its PodGroup: [`gang`]); every
 //! reconcile runs the pure planner ([`tfjob_planner`]) and executes its plan ([`execute`]).
 //! Also the Prometheus metrics and the health endpoint. The operator does not know whether it
 //! talks to a real cluster or to the embedded one; it only needs a `kube::Client`.
@@ -9,6 +10,7 @@
 pub mod context;
 pub mod error;
 pub mod execute;
+pub mod gang;
 pub mod http;
 pub mod metrics;
 pub mod progress;
@@ -47,6 +49,8 @@ pub struct Config {
     pub threads: u16,
     /// Address of `/metrics`, `/healthz`, `/readyz`; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
+    /// Address of `/healthz` and `/readyz` alone (`--health-probe-bind-address`).
+    pub probe_addr: Option<SocketAddr>,
     /// `/healthz` fails while a reconcile has been running longer than this.
     pub stall_after: Duration,
     pub settings: Settings,
@@ -96,7 +100,12 @@ pub async fn run(
         controller: CONTROLLER_NAME.into(),
         instance: config.instance.clone(),
     };
-    let ctx = Arc::new(Context::new(
+    let gang = config
+        .settings
+        .gang_scheduler
+        .as_ref()
+        .map(|scheduler| gang::watch(&client, scheduler, config.namespace.as_deref()));
+    let mut ctx = Context::new(
         client.clone(),
         pod_store.clone(),
         service_store.clone(),
@@ -104,39 +113,63 @@ pub async fn run(
         metrics,
         config.settings,
         config.policies,
-    ));
+    );
+    let mut group_trigger = None;
+    if let Some((caches, stream)) = gang {
+        group_trigger = Some((stream, caches.resource.clone()));
+        ctx = ctx.with_gang(caches);
+    }
+    let ctx = Arc::new(ctx);
 
     let shutdown = shutdown.shared();
-    let server = match config.metrics_addr {
-        Some(addr) => {
-            let endpoint = http::Endpoint {
-                registry: Arc::new(registry),
-                ready: Arc::clone(&ready),
-                progress: Arc::clone(&ctx.progress),
-                stall_after: config.stall_after,
-            };
-            let listener_shutdown = shutdown.clone();
-            Some(tokio::spawn(http::serve(addr, endpoint, listener_shutdown)))
-        }
-        None => None,
+    let endpoint = http::Endpoint {
+        registry: Arc::new(registry),
+        ready: Arc::clone(&ready),
+        progress: Arc::clone(&ctx.progress),
+        stall_after: config.stall_after,
     };
+    let mut servers = Vec::new();
+    for (addr, router) in [
+        (config.metrics_addr, http::router(endpoint.clone())),
+        (config.probe_addr, http::probes_router(endpoint)),
+    ] {
+        let Some(addr) = addr else { continue };
+        let listener = http::bind(addr).await?;
+        servers.push(tokio::spawn(http::serve(
+            listener,
+            router,
+            shutdown.clone(),
+        )));
+    }
 
-    let controller = Controller::new(jobs, watcher::Config::default().any_semantic())
+    let mut controller = Controller::new(jobs, watcher::Config::default().any_semantic())
         .owns_stream(pod_stream)
-        .owns_stream(service_stream)
+        .owns_stream(service_stream);
+    if let Some((stream, resource)) = group_trigger {
+        // A PodGroup's phase change (Volcano admitting it) wakes its job.
+        controller = controller.owns_stream_with(stream, resource);
+    }
+    let controller = controller
         .with_config(ControllerConfig::default().concurrency(config.threads))
         .graceful_shutdown_on(shutdown.clone());
     let job_store = controller.store();
-    // Readiness: all three caches have been filled once.
+    // Readiness: every cache has been filled once.
     {
         let ready = Arc::clone(&ready);
         let (p, s, j) = (pod_store, service_store, job_store);
+        let gang_stores = ctx
+            .gang
+            .as_ref()
+            .map(|g| (g.pod_groups.clone(), g.priority_classes.clone()));
         tokio::spawn(async move {
             let _ = tokio::join!(
                 p.wait_until_ready(),
                 s.wait_until_ready(),
                 j.wait_until_ready()
             );
+            if let Some((groups, classes)) = gang_stores {
+                let _ = tokio::join!(groups.wait_until_ready(), classes.wait_until_ready());
+            }
             ready.store(true, Ordering::Release);
             tracing::info!("caches synced; reconciling");
         });
@@ -155,10 +188,10 @@ pub async fn run(
         })
         .await;
     tracing::info!("controller stopped");
-    if let Some(server) = server {
+    for server in servers {
         match server.await {
             Ok(result) => result?,
-            Err(e) => tracing::warn!(error = %e, "metrics server task failed"),
+            Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
         }
     }
     Ok(())

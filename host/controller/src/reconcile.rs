@@ -40,6 +40,12 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
     let uid = job.uid().unwrap_or_default();
     let pods = ctx.pods_of(&uid);
     let services = ctx.services_of(&uid);
+    let pod_group = ctx.gang.as_ref().and_then(|g| g.observed(job));
+    let priority_classes = ctx
+        .gang
+        .as_ref()
+        .map(|g| g.priority_values())
+        .unwrap_or_default();
     let now = jiff::Timestamp::now();
 
     // Policies may block (a Wasm guest runs inside them), so the planner runs on the blocking
@@ -59,6 +65,8 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
                 now,
                 settings: &ctx.settings,
                 policies: pinned.as_deref().unwrap_or(ctx.policies.as_ref()),
+                pod_group: pod_group.as_ref(),
+                priority_classes: &priority_classes,
             })
         })
         .await

@@ -129,7 +129,17 @@ fn main() {
 
     let operator = OperatorProcess(
         Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
-            .args(["run", "--metrics-addr", "127.0.0.1:0", "--threads", "8"])
+            .args([
+                "run",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--threads",
+                "8",
+            ])
+            .args(["--health-probe-bind-address", "0"])
+            // The bench measures the operator, not the client-side rate limit (20 per second
+            // by default, as training-operator's).
+            .args(["--kube-api-qps", "1000000", "--kube-api-burst", "1000000"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .env("RUST_LOG", "warn")

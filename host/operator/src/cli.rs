@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "tfjob-operator",
     version,
-    after_help = "Examples:\n  tfjob-operator render -f dist-mnist.yaml\n  tfjob-operator render -f job.yaml -o json --cluster-domain cluster.local\n  tfjob-operator crd | kubectl apply --server-side -f -\n  tfjob-operator run --namespace ml --threads 4 --metrics-addr 0.0.0.0:8080\n  tfjob-operator policy test --policy default --hook classify --input pod.yaml"
+    after_help = "Examples:\n  tfjob-operator render -f dist-mnist.yaml\n  tfjob-operator render -f job.yaml -o json --cluster-domain cluster.local\n  tfjob-operator crd | kubectl apply --server-side -f -\n  tfjob-operator run --namespace ml --threads 4 --metrics-bind-address :8080\n  tfjob-operator policy test --policy default --hook classify --input pod.yaml"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -28,7 +28,7 @@ pub enum Command {
     Crd,
     /// Run the controller against the cluster of the current kubeconfig or in-cluster config.
     #[command(
-        after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --threads 8 --metrics-addr 127.0.0.1:9090"
+        after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --controller-threads 8 --metrics-bind-address 127.0.0.1:9090\n  tfjob-operator run --gang-scheduler-name volcano --health-probe-bind-address :8081"
     )]
     Run(RunArgs),
     /// Start an embedded cluster (API server, CRD, default policies, operator) in this process.
@@ -68,15 +68,33 @@ pub struct RenderArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Watch only this namespace [default: all namespaces].
-    #[arg(long, value_name = "NS")]
+    /// Watch only this namespace [default: $KUBEFLOW_NAMESPACE, else all namespaces].
+    #[arg(long, env = "KUBEFLOW_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
     /// Concurrent reconciles (never two for the same job).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, visible_alias = "controller-threads", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
-    /// Address of the /metrics, /healthz and /readyz endpoint.
-    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
-    pub metrics_addr: SocketAddr,
+    /// Address of the /metrics endpoint (which also answers /healthz and /readyz): HOST:PORT,
+    /// :PORT for every interface, or 0 for none.
+    #[arg(long = "metrics-bind-address", visible_alias = "metrics-addr", default_value = "0.0.0.0:8080", value_name = "ADDR", value_parser = bind_address)]
+    pub metrics_addr: BindAddress,
+    /// Address of the /healthz and /readyz probes: HOST:PORT, :PORT, or 0 for none.
+    #[arg(long, default_value = ":8081", value_name = "ADDR", value_parser = bind_address)]
+    pub health_probe_bind_address: BindAddress,
+    /// Gang-schedule jobs with this scheduler: `volcano` (Volcano PodGroups), any other name
+    /// for scheduler-plugins' coscheduling (scheduling.x-k8s.io PodGroups) [default: none].
+    #[arg(long, value_name = "NAME")]
+    pub gang_scheduler_name: Option<String>,
+    /// Requests per second to the API server, sustained (client-side token bucket).
+    #[arg(long, default_value_t = 20, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_qps: u32,
+    /// Requests to the API server at once after a quiet period.
+    #[arg(long, default_value_t = 30, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+    /// Job kinds to run. Accepted for compatibility with training-operator's Deployment
+    /// arguments; this operator runs TFJobs only, so `tfjob` is the one value.
+    #[arg(long, value_name = "KIND", value_parser = tfjob_scheme)]
+    pub enable_scheme: Vec<String>,
     /// Cluster domain for TF_CONFIG host names [default: $CUSTOM_CLUSTER_DOMAIN].
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN", value_name = "DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -100,8 +118,72 @@ pub struct RunArgs {
     pub sources: crate::policy_setup::PolicySourceArgs,
 }
 
+/// A listen address, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+/// Parses a listen address as controller-runtime's flags take it: `HOST:PORT`, `:PORT` (every
+/// interface), or `0` (serve nothing).
+pub fn bind_address(value: &str) -> Result<BindAddress, String> {
+    if value == "0" {
+        return Ok(BindAddress(None));
+    }
+    let full = match value.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => value.to_owned(),
+    };
+    full.parse()
+        .map(|a| BindAddress(Some(a)))
+        .map_err(|_| format!("{value:?} is not a listen address: expected HOST:PORT, :PORT or 0"))
+}
+
+/// Accepts `tfjob` in any case, the only kind this operator runs.
+fn tfjob_scheme(value: &str) -> Result<String, String> {
+    if value.eq_ignore_ascii_case("tfjob") {
+        Ok("tfjob".to_owned())
+    } else {
+        Err(format!(
+            "{value:?} is not run by this operator: it runs TFJobs only (--enable-scheme=tfjob)"
+        ))
+    }
+}
+
 impl RunArgs {
     pub fn policy_namespaces(&self) -> Vec<String> {
         self.sources.namespaces()
+    }
+
+    /// The namespace to watch: an empty `--namespace` (or `$KUBEFLOW_NAMESPACE`) means all, as
+    /// in training-operator.
+    pub fn watched_namespace(&self) -> Option<String> {
+        self.namespace.clone().filter(|ns| !ns.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_take_controller_runtimes_forms() {
+        let addr = |s: &str| bind_address(s).map(|b| b.0.map(|a| a.to_string()));
+        assert_eq!(addr(":8081"), Ok(Some("0.0.0.0:8081".into())));
+        assert_eq!(addr("127.0.0.1:9090"), Ok(Some("127.0.0.1:9090".into())));
+        assert_eq!(addr("[::1]:8080"), Ok(Some("[::1]:8080".into())));
+        assert_eq!(addr("0"), Ok(None));
+        for bad in ["", "8080", ":", ":http", "host:8080", "1.2.3.4:99999"] {
+            let err = bind_address(bad).unwrap_err();
+            assert!(err.contains("HOST:PORT, :PORT or 0"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn only_the_tfjob_scheme_is_accepted() {
+        assert_eq!(tfjob_scheme("TFJob"), Ok("tfjob".into()));
+        assert!(
+            tfjob_scheme("pytorchjob")
+                .unwrap_err()
+                .contains("TFJobs only")
+        );
     }
 }

@@ -18,6 +18,8 @@ use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::requests::RequestStats;
 use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_planner::Settings;
+use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::signature::TrustedKeys;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -48,6 +50,8 @@ pub struct ClusterOptions {
     /// Faults the API server injects from the start (changeable later through
     /// [`EmbeddedCluster::faults`] or `PUT /debug/faults`).
     pub faults: FaultConfig,
+    /// The operator gang-schedules jobs with this scheduler (`up --gang-scheduler-name`).
+    pub gang_scheduler: Option<GangScheduler>,
 }
 
 impl ClusterOptions {
@@ -65,6 +69,7 @@ impl ClusterOptions {
             trusted_keys: Arc::default(),
             run_operator: true,
             faults: FaultConfig::default(),
+            gang_scheduler: None,
         }
     }
 }
@@ -102,6 +107,8 @@ pub struct EmbeddedCluster {
     store: Arc<Store>,
     addr: SocketAddr,
     client: Client,
+    /// The operator's own client (user agent `tfjob-operator/...`).
+    operator_client: Client,
     kubelet: JoinHandle<()>,
     server: RunningServer,
     operator: Option<Operator>,
@@ -110,6 +117,7 @@ pub struct EmbeddedCluster {
     policy_namespaces: Vec<String>,
     cluster_policy_namespaces: BTreeSet<String>,
     trusted_keys: Arc<TrustedKeys>,
+    gang_scheduler: Option<GangScheduler>,
 }
 
 impl EmbeddedCluster {
@@ -146,12 +154,16 @@ impl EmbeddedCluster {
         let url = format!("http://{addr}")
             .parse()
             .expect("a socket address makes a valid URL");
-        let client = Client::try_from(Config::new(url))?;
+        let config = Config::new(url);
+        let client = Client::try_from(config.clone())?;
+        // The operator has a client of its own, named, so requests are told apart by agent.
+        let operator_client = crate::api_client::build(config, None)?;
         let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), options.kubelet);
         let mut cluster = EmbeddedCluster {
             store,
             addr,
             client,
+            operator_client,
             kubelet,
             server,
             operator: None,
@@ -160,6 +172,7 @@ impl EmbeddedCluster {
             policy_namespaces: options.policy_namespaces,
             cluster_policy_namespaces: options.cluster_policy_namespaces,
             trusted_keys: options.trusted_keys,
+            gang_scheduler: options.gang_scheduler,
         };
         if options.run_operator {
             cluster.start_operator();
@@ -220,9 +233,13 @@ impl EmbeddedCluster {
             policy_namespaces: self.policy_namespaces.clone(),
             cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),
             trusted_keys: Arc::clone(&self.trusted_keys),
+            settings: Settings {
+                gang_scheduler: self.gang_scheduler.clone(),
+                ..Settings::default()
+            },
             ..OperatorConfig::default()
         };
-        let client = self.client.clone();
+        let client = self.operator_client.clone();
         let policies = Arc::clone(&self.policies);
         let task = tokio::spawn(async move {
             crate::operator::run(client, config, &policies, async move {

@@ -2,8 +2,12 @@
 //! end-to-end tests. [`policy_setup`] assembles the policies from the operator's flags;
 //! [`operator`] runs the operator (policy ConfigMap sync and controller) against any cluster;
 //! [`embedded`] starts a whole cluster in one process (API server, simulated kubelet, CRD with
-//! admission, policies and the operator), as `tfjob-operator up` and the test suites use it.
+//! admission, policies and the operator), as `tfjob-operator up` and the test suites use it;
+//! [`api_client`] builds the operator's named API client, held by [`rate_limit`] to
+//! `--kube-api-qps`/`--kube-api-burst`.
 
+pub mod api_client;
 pub mod embedded;
 pub mod operator;
 pub mod policy_setup;
+pub mod rate_limit;

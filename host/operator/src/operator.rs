@@ -31,6 +31,8 @@ pub struct OperatorConfig {
     pub namespace: Option<String>,
     pub threads: u16,
     pub metrics_addr: Option<SocketAddr>,
+    /// Address of the `/healthz` and `/readyz` probes alone.
+    pub probe_addr: Option<SocketAddr>,
     pub settings: Settings,
     /// Name of this instance in events.
     pub instance: Option<String>,
@@ -148,6 +150,7 @@ pub async fn run(
         namespace: config.namespace,
         threads: config.threads,
         metrics_addr: config.metrics_addr,
+        probe_addr: config.probe_addr,
         stall_after: config.stall_after.unwrap_or(tfjob_controller::STALL_AFTER),
         settings: config.settings,
         policies: Arc::new(seam),

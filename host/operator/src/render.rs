@@ -136,6 +136,8 @@ fn render_job(
         now: jiff::Timestamp::now(),
         settings: &settings,
         policies,
+        pod_group: None,
+        priority_classes: &Default::default(),
     };
     let plan = plan(&input).map_err(|e| vec![e.to_string()])?;
     let mut objects = Vec::new();

@@ -1,9 +1,14 @@
 //! `tfjob-operator run`: connect to the cluster and run the controller until SIGTERM or SIGINT.
 
+use std::num::NonZeroU32;
+
 use anyhow::Context as _;
 use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tfjob_operator::rate_limit::ApiRate;
 use tfjob_planner::Settings;
+use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::SandboxLimits;
 use tracing_subscriber::EnvFilter;
 
@@ -28,14 +33,29 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let trusted_keys = args.sources.trusted_keys()?;
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let rate = ApiRate {
+        qps: NonZeroU32::new(args.kube_api_qps).context("--kube-api-qps must be at least 1")?,
+        burst: NonZeroU32::new(args.kube_api_burst)
+            .context("--kube-api-burst must be at least 1")?,
+    };
+    let client = rate_limited_client(args.kubeconfig.as_deref(), rate).await?;
+    let gang_scheduler = args
+        .gang_scheduler_name
+        .as_deref()
+        .filter(|name| !name.is_empty())
+        .map(GangScheduler::from_name);
+    if let Some(scheduler) = &gang_scheduler {
+        require_pod_groups(&client, scheduler).await?;
+    }
     let config = OperatorConfig {
-        namespace: args.namespace.clone(),
+        namespace: args.watched_namespace(),
         threads: args.threads,
-        metrics_addr: Some(args.metrics_addr),
+        metrics_addr: args.metrics_addr.0,
+        probe_addr: args.health_probe_bind_address.0,
         settings: Settings {
             cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
             status_batch: std::time::Duration::from_millis(args.status_batch_ms),
+            gang_scheduler,
         },
         instance: std::env::var("POD_NAME").ok(),
         policy_namespaces: args.policy_namespaces(),
@@ -49,9 +69,43 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("running the controller")
 }
 
+/// The operator's client (named, see `api_client`) for the kubeconfig, holding to `rate`.
+async fn rate_limited_client(
+    kubeconfig: Option<&std::path::Path>,
+    rate: ApiRate,
+) -> anyhow::Result<Client> {
+    let config = client_config(kubeconfig).await?;
+    tfjob_operator::api_client::build(config, Some(rate)).context("creating the Kubernetes client")
+}
+
+/// Exits early, as training-operator did, when the gang scheduler's PodGroup CRD is not
+/// installed: every job would otherwise fail to create its group.
+async fn require_pod_groups(client: &Client, scheduler: &GangScheduler) -> anyhow::Result<()> {
+    let resource = tfjob_controller::gang::pod_group_resource(scheduler);
+    let groups: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match groups.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => anyhow::bail!(
+            "--gang-scheduler-name {}: the PodGroup CRD {} is not installed on the cluster; install {} or leave the flag out",
+            scheduler.scheduler_name(),
+            scheduler.api_version(),
+            match scheduler {
+                GangScheduler::Volcano => "Volcano",
+                GangScheduler::SchedulerPlugins(_) => "scheduler-plugins",
+            }
+        ),
+        Err(e) => Err(e).with_context(|| format!("listing {} PodGroups", scheduler.api_version())),
+    }
+}
+
 /// The kubeconfig given by flag or `$KUBECONFIG`, else the usual inference
 /// (`~/.kube/config`, then in-cluster service account).
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = client_config(kubeconfig).await?;
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+async fn client_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
@@ -64,7 +118,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Clie
             .await
             .context("no kubeconfig found and not running in a cluster")?,
     };
-    Client::try_from(config).context("creating the Kubernetes client")
+    Ok(config)
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tfjob_cluster::faults::FaultConfig;
 use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::SandboxLimits;
 
 use crate::embedded::{ClusterOptions, EmbeddedCluster};
@@ -40,6 +41,10 @@ pub struct UpArgs {
     /// `nvidia.com/gpu` of each simulated node.
     #[arg(long, default_value_t = 2)]
     pub gpus_per_node: u32,
+    /// Gang-schedule jobs: the operator groups them for this scheduler (`volcano`, or any other
+    /// name for scheduler-plugins) and the cluster simulates it.
+    #[arg(long, value_name = "NAME")]
+    pub gang_scheduler_name: Option<String>,
     /// Faults for the API server to inject from the start (JSON, as `PUT /debug/faults` takes:
     /// error rates per verb and resource, latency, cut watches); change them later with
     /// `kubectl replace --raw /debug/faults -f FILE`.
@@ -97,6 +102,11 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         trusted_keys,
         run_operator: true,
         faults,
+        gang_scheduler: args
+            .gang_scheduler_name
+            .as_deref()
+            .filter(|name| !name.is_empty())
+            .map(GangScheduler::from_name),
     })
     .await?;
     cluster

@@ -4,11 +4,13 @@
 //! [`plan::plan`] computes every action one reconcile must take: pods and services to create or
 //! delete, the new status, events, metric transitions and when to look again. It never performs
 //! IO; the pod-level decisions go through the [`policy::PodPolicies`] seam so that the Wasm
-//! policy engine plugs in without changing the planner; [`call_watch`] lets the async side stop
+//! policy engine plugs in without changing the planner; [`gang`] describes the PodGroup of a
+//! gang-scheduled job; [`call_watch`] lets the async side stop
 //! waiting on a policy call that outlived its bound.
 
 pub mod call_watch;
 pub mod conditions;
+pub mod gang;
 pub mod native;
 pub mod objects;
 pub mod plan;

@@ -19,6 +19,7 @@ use tfjob_api::{
 };
 
 use crate::conditions::set_condition;
+use crate::gang::{self, GangScheduler, ObservedPodGroup, PodGroupChange};
 use crate::objects::{build_pod, build_service, object_name, replica_of, replica_selector};
 use crate::policy::{PodContext, PodPolicies, PolicyError, PolicyNote, Verdict, VerdictPhase};
 use crate::problems::pod_problem_events;
@@ -43,6 +44,9 @@ pub struct Settings {
     /// other change (a condition, a time, a restart) is written at once. Zero writes every
     /// change. Pods starting one by one would otherwise cost a status write each.
     pub status_batch: Duration,
+    /// The gang scheduler jobs are grouped for (`--gang-scheduler-name`); `None` creates no
+    /// PodGroups and leaves pods' scheduler alone.
+    pub gang_scheduler: Option<GangScheduler>,
 }
 
 impl Default for Settings {
@@ -50,6 +54,7 @@ impl Default for Settings {
         Settings {
             cluster_domain: None,
             status_batch: STATUS_BATCH,
+            gang_scheduler: None,
         }
     }
 }
@@ -64,6 +69,10 @@ pub struct PlanInput<'a> {
     pub now: Timestamp,
     pub settings: &'a Settings,
     pub policies: &'a dyn PodPolicies,
+    /// The job's PodGroup (named after the job), when gang scheduling is on and it exists.
+    pub pod_group: Option<&'a ObservedPodGroup>,
+    /// Values of the cluster's priority classes by name, for a computed `minResources`.
+    pub priority_classes: &'a BTreeMap<String, i32>,
 }
 
 /// Why the planner left a job alone.
@@ -160,6 +169,8 @@ pub struct Plan {
     pub delete_services: Vec<Deletion>,
     pub create_services: Vec<Service>,
     pub create_pods: Vec<Pod>,
+    /// Create, update or delete the job's PodGroup (gang scheduling only).
+    pub pod_group: Option<PodGroupChange>,
     pub events: Vec<JobEvent>,
     pub transitions: Vec<Transition>,
     /// Delete the TFJob itself (TTL after finishing).
@@ -359,10 +370,12 @@ impl<'a, 'i> Planner<'a, 'i> {
     fn reconcile(&mut self, job: &ValidJob) -> Result<(), PlanError> {
         if self.status.is_finished() {
             self.finished(job);
+            self.release_pod_group();
             return Ok(());
         }
         if job.run_policy.suspend {
             self.suspend(job);
+            self.release_pod_group();
             return Ok(());
         }
         if self.status.is_true(JobConditionType::Suspended) {
@@ -376,7 +389,55 @@ impl<'a, 'i> Planner<'a, 'i> {
             self.status.start_time = Some(Time(self.now()));
             self.event(EventType::Normal, "TFJobResumed", message, None);
         }
-        self.run(job)
+        self.run(job)?;
+        if self.status.is_finished() {
+            self.release_pod_group();
+        }
+        Ok(())
+    }
+
+    /// A finished or suspended job gives its PodGroup back, so the gang scheduler stops
+    /// reserving room for it (1.9 did the same, and announced it on every reconcile of a
+    /// finished job; here only when a group is there to delete).
+    fn release_pod_group(&mut self) {
+        let present = self.input.pod_group.is_some_and(|g| !g.deleting);
+        if self.input.settings.gang_scheduler.is_none() || !present {
+            return;
+        }
+        self.plan.pod_group = Some(PodGroupChange::Delete);
+        self.event(
+            EventType::Normal,
+            "JobTerminated",
+            "Job has been terminated. Deleting PodGroup".into(),
+            None,
+        );
+    }
+
+    /// Brings the job's PodGroup up to date; returns why pods must wait, if they must (Volcano
+    /// has not admitted the group yet).
+    fn sync_pod_group(&mut self, job: &ValidJob) -> Option<String> {
+        let scheduler = self.input.settings.gang_scheduler.as_ref()?;
+        let annotations = self
+            .input
+            .job
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default();
+        let observed = self.input.pod_group;
+        self.plan.pod_group = gang::sync(
+            job,
+            &annotations,
+            scheduler,
+            self.input.priority_classes,
+            observed,
+        );
+        let delay = gang::creation_delay(job, scheduler, observed)?;
+        // The first reconcile creates the group; the wait is news only once it exists.
+        if observed.is_some() {
+            self.event(EventType::Normal, "PodGroupPending", delay.clone(), None);
+        }
+        Some(delay)
     }
 
     /// A finished job: apply cleanPodPolicy and the TTL.
@@ -647,10 +708,13 @@ impl<'a, 'i> Planner<'a, 'i> {
             return Ok(());
         }
 
-        for (rtype, index) in missing {
+        // As 1.9: while Volcano has not admitted the group, neither pods nor services are
+        // created, so a job that does not fit holds nothing.
+        let delayed = self.sync_pod_group(job).is_some();
+        for (rtype, index) in missing.into_iter().filter(|_| !delayed) {
             self.create_pod(job, rtype, index)?;
         }
-        for (&rtype, replica) in &job.replicas {
+        for (&rtype, replica) in job.replicas.iter().filter(|_| !delayed) {
             for index in 0..replica.replicas {
                 if !existing_services.contains(&(rtype, index)) {
                     self.plan
@@ -921,12 +985,31 @@ impl<'a, 'i> Planner<'a, 'i> {
         rtype: ReplicaType,
         index: i32,
     ) -> Result<(), PlanError> {
-        let base = build_pod(
+        let mut base = build_pod(
             job,
             rtype,
             index,
             self.input.settings.cluster_domain.as_deref(),
         );
+        if let Some(scheduler) = &self.input.settings.gang_scheduler {
+            // Before the policies, so they see the pod as it will be; the guard keeps them
+            // from taking it out of its group.
+            gang::join_group(&mut base, scheduler, &job.name, rtype);
+            let key = format!("{}/SettedPodTemplateSchedulerName", job.uid);
+            let warned = self
+                .plan
+                .events
+                .iter()
+                .any(|e| e.once_key.as_deref() == Some(key.as_str()));
+            if !warned && gang::names_another_scheduler(job, scheduler) {
+                self.event(
+                    EventType::Warning,
+                    "SettedPodTemplateSchedulerName",
+                    "Another scheduler is specified when gang-scheduling is enabled and it will not be overwritten".into(),
+                    Some(key),
+                );
+            }
+        }
         let ctx = self.context(job, rtype, index);
         let shaped = self.input.policies.shape_pod(&ctx, base)?;
         for skipped in &shaped.skipped {

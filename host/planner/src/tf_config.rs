@@ -1,8 +1,11 @@
 //! `TF_CONFIG`: the cluster description every distributed TensorFlow process reads.
 //!
 //! The value is byte-identical to what training-operator 1.9 produced with Go's `encoding/json`:
-//! compact, `cluster` keys sorted, fields in the order `cluster`, `task`, `environment`; or the
-//! sparse form for dynamic workers.
+//! compact, `cluster` keys sorted, fields in the order `cluster`, `task`, `environment`; or, for
+//! dynamic workers, 1.9's sparse form with its quirks kept, because scripts written for it parse
+//! exactly that: the cluster under `sparseCluster` (not `cluster`), a worker seeing all PS
+//! addresses and itself, a PS seeing itself, every other type (Chief, Master, Evaluator) seeing
+//! an empty cluster, and `"ps":null` for a worker of a job without PS (Go's nil slice).
 
 use std::collections::BTreeMap;
 
@@ -30,11 +33,13 @@ struct DenseConfig<'a> {
 #[derive(Serialize)]
 struct SparseCluster {
     worker: BTreeMap<String, String>,
-    ps: Vec<String>,
+    /// `None` is written as `null`, as Go wrote a nil slice.
+    ps: Option<Vec<String>>,
 }
 
 #[derive(Serialize)]
 struct SparseConfig<'a> {
+    #[serde(rename = "sparseCluster")]
     cluster: SparseCluster,
     task: Task<'a>,
 }
@@ -60,8 +65,13 @@ pub fn tf_config(
             _ => BTreeMap::new(),
         };
         let ps = match rtype {
-            ReplicaType::PS => vec![address(job, rtype, index, cluster_domain)],
-            _ => addresses(job, ReplicaType::PS, cluster_domain),
+            ReplicaType::PS => Some(vec![address(job, rtype, index, cluster_domain)]),
+            // A job without PS has no `ps` entry in 1.9's cluster map: a nil slice.
+            ReplicaType::Worker => job
+                .replicas
+                .contains_key(&ReplicaType::PS)
+                .then(|| addresses(job, ReplicaType::PS, cluster_domain)),
+            _ => Some(Vec::new()),
         };
         serde_json::to_string(&SparseConfig {
             cluster: SparseCluster { worker, ps },
@@ -159,17 +169,51 @@ spec:
         assert!(c.ends_with(r#""task":{"type":"ps","index":0},"environment":"cloud"}"#));
     }
 
+    /// The expected strings are what 1.9's `genTFConfigJSONStr` marshals for these jobs
+    /// (`SparseTFConfig` with `convertClusterSpecToSparseClusterSpec`), worked out by hand.
     #[test]
-    fn sparse_form_for_dynamic_workers() {
+    fn sparse_form_for_dynamic_workers_is_byte_identical() {
         let mut j = job(DIST);
         j.enable_dynamic_worker = true;
         assert_eq!(
             tf_config(&j, ReplicaType::PS, 1, None),
-            r#"{"cluster":{"worker":{},"ps":["dist-ps-1.kubeflow.svc:2222"]},"task":{"type":"ps","index":1}}"#
+            r#"{"sparseCluster":{"worker":{},"ps":["dist-ps-1.kubeflow.svc:2222"]},"task":{"type":"ps","index":1}}"#
         );
         assert_eq!(
             tf_config(&j, ReplicaType::Worker, 1, None),
-            r#"{"cluster":{"worker":{"1":"dist-worker-1.kubeflow.svc:3000"},"ps":["dist-ps-0.kubeflow.svc:2222","dist-ps-1.kubeflow.svc:2222"]},"task":{"type":"worker","index":1}}"#
+            r#"{"sparseCluster":{"worker":{"1":"dist-worker-1.kubeflow.svc:3000"},"ps":["dist-ps-0.kubeflow.svc:2222","dist-ps-1.kubeflow.svc:2222"]},"task":{"type":"worker","index":1}}"#
+        );
+        // Evaluator (and Chief, Master): an empty sparse cluster, PS not included.
+        assert_eq!(
+            tf_config(&j, ReplicaType::Evaluator, 0, None),
+            r#"{"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"evaluator","index":0}}"#
+        );
+    }
+
+    #[test]
+    fn sparse_form_of_chief_master_and_psless_workers() {
+        let chief = r#"
+metadata: {name: dyn, namespace: ml}
+spec:
+  enableDynamicWorker: true
+  tfReplicaSpecs:
+    Chief: {template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+    Worker: {replicas: 3, template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+"#;
+        let j = job(chief);
+        assert_eq!(
+            tf_config(&j, ReplicaType::Chief, 0, Some("cluster.local")),
+            r#"{"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"chief","index":0}}"#
+        );
+        // No PS in the job: Go's nil slice.
+        assert_eq!(
+            tf_config(&j, ReplicaType::Worker, 2, Some("cluster.local")),
+            r#"{"sparseCluster":{"worker":{"2":"dyn-worker-2.ml.svc.cluster.local:2222"},"ps":null},"task":{"type":"worker","index":2}}"#
+        );
+        let master = job(&chief.replace("Chief:", "Master:"));
+        assert_eq!(
+            tf_config(&master, ReplicaType::Master, 0, None),
+            r#"{"sparseCluster":{"worker":{},"ps":[]},"task":{"type":"master","index":0}}"#
         );
     }
 }

@@ -816,7 +816,7 @@ fn dynamic_worker_failures_do_not_fail_the_job() {
     let plan = run(&cluster.job, &[], &[], t0());
     assert_eq!(
         env(&plan.create_pods[3], 0)[0].1,
-        r#"{"cluster":{"worker":{"1":"mnist-worker-1.ml.svc:2222"},"ps":["mnist-ps-0.ml.svc:2222"]},"task":{"type":"worker","index":1}}"#
+        r#"{"sparseCluster":{"worker":{"1":"mnist-worker-1.ml.svc:2222"},"ps":["mnist-ps-0.ml.svc:2222"]},"task":{"type":"worker","index":1}}"#
     );
 
     cluster.set("mnist-worker-1", failed(1));

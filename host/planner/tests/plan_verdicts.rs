@@ -90,6 +90,8 @@ fn plan_with(cluster: &Cluster, policies: &Fixed) -> Result<Plan, PlanError> {
         now: at(30),
         settings: &Settings::default(),
         policies,
+        pod_group: None,
+        priority_classes: &Default::default(),
     })
 }
 

@@ -45,8 +45,16 @@ pub const DEFAULT_ALLOWED: &[&str] = &[
 pub const HOST_PATH: &str = "spec.volumes[*].hostPath";
 
 /// Label and annotation prefixes that belong to the operator: its selectors and bookkeeping
-/// (`training.kubeflow.org/*`) and the record of which policies shaped a pod.
-pub const PROTECTED_KEY_PREFIXES: &[&str] = &["training.kubeflow.org/", "policy.tfjob.dev/"];
+/// (`training.kubeflow.org/*`), the record of which policies shaped a pod, and the keys that
+/// make a pod a member of its gang (a pod taken out of its group would be scheduled alone, or
+/// wait for ever in another job's group).
+pub const PROTECTED_KEY_PREFIXES: &[&str] = &[
+    "training.kubeflow.org/",
+    "policy.tfjob.dev/",
+    tfjob_api::labels::VOLCANO_GROUP_ANNOTATION,
+    tfjob_api::labels::VOLCANO_TASK_ANNOTATION,
+    tfjob_api::labels::SCHEDULER_PLUGINS_GROUP_LABEL,
+];
 
 /// Environment variables the operator sets on the pods it builds.
 pub const OPERATOR_ENV: &[&str] = &["TF_CONFIG"];
@@ -439,7 +447,7 @@ mod tests {
             p
         };
         type Edit = fn(&mut Value);
-        let edits: [(&str, Edit); 7] = [
+        let edits: [(&str, Edit); 9] = [
             (
                 "metadata.labels[training.kubeflow.org/replica-index]",
                 |p| p["metadata"]["labels"]["training.kubeflow.org/replica-index"] = json!("7"),
@@ -458,6 +466,12 @@ mod tests {
             }),
             ("metadata.annotations[policy.tfjob.dev/policies]", |p| {
                 p["metadata"]["annotations"] = json!({"policy.tfjob.dev/policies": "none"})
+            }),
+            ("metadata.annotations[scheduling.k8s.io/group-name]", |p| {
+                p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "other"})
+            }),
+            ("metadata.labels[scheduling.x-k8s.io/pod-group]", |p| {
+                p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = json!("other")
             }),
             ("spec.containers[0].env", |p| {
                 p["spec"]["containers"][0]["env"][0]["value"] = json!("{\"cluster\":{}}")

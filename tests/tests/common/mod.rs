@@ -62,6 +62,7 @@ pub fn roomy_kubelet() -> KubeletConfig {
         gpus_per_node: 0,
         default_duration: Duration::from_secs(1),
         startup: Duration::from_millis(50),
+        ..KubeletConfig::default()
     }
 }
 

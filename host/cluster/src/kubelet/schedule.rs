@@ -138,6 +138,48 @@ pub struct NodeView {
     pub pods: i128,
 }
 
+/// The scheduler's view of a Node object created through the API (not one of the simulated
+/// nodes the kubelet registers itself): its labels and `status.allocatable`. `None` for a node
+/// that reports no allocatable resources or is cordoned (`spec.unschedulable`), which the
+/// scheduler would not place anything on.
+pub fn node_view(node: &Value) -> Option<NodeView> {
+    if node.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    let allocatable: Resources = node
+        .pointer("/status/allocatable")
+        .and_then(Value::as_object)?
+        .iter()
+        .filter_map(|(name, q)| {
+            let amount = match q {
+                Value::String(s) => parse_quantity(s),
+                Value::Number(n) => n.as_u64().map(|n| i128::from(n) * 1000),
+                _ => None,
+            };
+            Some((name.clone(), amount?))
+        })
+        .collect();
+    let labels = node
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(NodeView {
+        name: node
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)?
+            .to_owned(),
+        labels,
+        allocatable,
+        used: Resources::new(),
+        pods: 0,
+    })
+}
+
 /// Why `pod` does not fit `node`, kube-scheduler style; empty when it fits.
 fn misfits(
     node: &NodeView,
@@ -328,6 +370,21 @@ mod tests {
             )
         );
         assert!(choose_node(&p, &[]).is_err());
+    }
+
+    #[test]
+    fn nodes_created_through_the_api_are_read_from_their_status() {
+        let n = json!({"metadata": {"name": "extra", "labels": {"pool": "gpu"}},
+            "status": {"allocatable": {"cpu": "4", GPU: "2", "pods": 110}}});
+        let view = node_view(&n).unwrap();
+        assert_eq!(view.name, "extra");
+        assert_eq!(view.labels["pool"], "gpu");
+        assert_eq!(view.allocatable[GPU], 2000);
+        assert_eq!(view.allocatable["pods"], 110_000);
+        assert!(node_view(&json!({"metadata": {"name": "bare"}})).is_none());
+        let mut cordoned = n.clone();
+        cordoned["spec"] = json!({"unschedulable": true});
+        assert!(node_view(&cordoned).is_none());
     }
 
     #[test]

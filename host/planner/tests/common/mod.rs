@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 use tfjob_api::parse::parse_tfjob_yaml;
 use tfjob_api::{ConditionStatus, JobConditionType, ReplicaStatus, TFJob, TFJobStatus};
+use tfjob_planner::gang::{ObservedPodGroup, PodGroupChange};
 use tfjob_planner::native::NativePolicies;
 use tfjob_planner::{Deletion, DeletionCause, EventType, Plan, PlanInput, Settings, plan};
 
@@ -79,6 +80,19 @@ pub fn run_with(
     services: &[Service],
     now: Timestamp,
 ) -> Plan {
+    run_gang(settings, None, job, pods, services, now)
+}
+
+/// Runs the planner once with the native policies, the given settings and the job's observed
+/// PodGroup (no priority classes).
+pub fn run_gang(
+    settings: &Settings,
+    pod_group: Option<&ObservedPodGroup>,
+    job: &TFJob,
+    pods: &[Pod],
+    services: &[Service],
+    now: Timestamp,
+) -> Plan {
     let policies = NativePolicies::default();
     plan(&PlanInput {
         job,
@@ -87,6 +101,8 @@ pub fn run_with(
         now,
         settings,
         policies: &policies,
+        pod_group,
+        priority_classes: &Default::default(),
     })
     .expect("native policies never fail")
 }
@@ -97,6 +113,10 @@ pub struct Cluster {
     pub job: TFJob,
     pub pods: Vec<Pod>,
     pub services: Vec<Service>,
+    /// Operator settings every plan runs with.
+    pub settings: Settings,
+    /// The job's PodGroup, created, updated and deleted by the plans.
+    pub pod_group: Option<ObservedPodGroup>,
     created: u32,
 }
 
@@ -106,13 +126,22 @@ impl Cluster {
             job,
             pods: Vec::new(),
             services: Vec::new(),
+            settings: Settings::default(),
+            pod_group: None,
             created: 0,
         }
     }
 
     /// Plans without executing.
     pub fn plan(&self, now: Timestamp) -> Plan {
-        run(&self.job, &self.pods, &self.services, now)
+        run_gang(
+            &self.settings,
+            self.pod_group.as_ref(),
+            &self.job,
+            &self.pods,
+            &self.services,
+            now,
+        )
     }
 
     /// Executes a plan. Created pods get a fresh uid (`<name>-uid-<n>`), a creation timestamp
@@ -132,6 +161,17 @@ impl Cluster {
         for d in &plan.delete_services {
             self.services
                 .retain(|s| s.metadata.name.as_deref() != Some(&d.name));
+        }
+        match &plan.pod_group {
+            Some(PodGroupChange::Create(object)) => {
+                assert!(self.pod_group.is_none(), "PodGroup created while it exists");
+                self.pod_group = Some(ObservedPodGroup::from_object(object));
+            }
+            Some(PodGroupChange::UpdateSpec(spec)) => {
+                self.pod_group.as_mut().expect("PodGroup to update").spec = spec.clone();
+            }
+            Some(PodGroupChange::Delete) => self.pod_group = None,
+            None => {}
         }
         for svc in &plan.create_services {
             let mut svc = svc.clone();

@@ -1,0 +1,202 @@
+//! Gang scheduling IO: the caches of PodGroups and PriorityClasses the planner reads, and
+//! carrying out its [`PodGroupChange`].
+//!
+//! Only present when the operator runs with a gang scheduler. PodGroups are read as dynamic
+//! objects of the backend's group and version (Volcano's or scheduler-plugins'), so neither
+//! backend's types are compiled in; the planner sees them through
+//! [`ObservedPodGroup`]. A PodGroup change runs after the status write and before any pod is
+//! created, as 1.9 synced the group first: a scheduler-plugins pod must find its group.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tfjob_api::TFJob;
+use tfjob_planner::gang::{GangScheduler, ObservedPodGroup, POD_GROUP_KIND, POD_GROUP_PLURAL};
+use tfjob_planner::{EventType, JobEvent, gang::PodGroupChange};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// The caches gang scheduling reads.
+pub struct GangCaches {
+    /// The PodGroup resource of the chosen backend.
+    pub resource: ApiResource,
+    pub pod_groups: Store<DynamicObject>,
+    pub priority_classes: Store<PriorityClass>,
+}
+
+/// The API resource of `scheduler`'s PodGroups.
+pub fn pod_group_resource(scheduler: &GangScheduler) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(scheduler.group(), scheduler.version(), POD_GROUP_KIND);
+    ApiResource::from_gvk_with_plural(&gvk, POD_GROUP_PLURAL)
+}
+
+/// The PodGroup watch (to be polled by the controller as a trigger: a group's phase change
+/// wakes its job) and the caches. The PriorityClass watch runs on its own task.
+pub fn watch(
+    client: &Client,
+    scheduler: &GangScheduler,
+    namespace: Option<&str>,
+) -> (
+    GangCaches,
+    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+) {
+    let resource = pod_group_resource(scheduler);
+    let groups: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let writer = reflector::store::Writer::new(resource.clone());
+    let pod_groups = writer.as_reader();
+    let group_stream = reflector(writer, watcher(groups, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+
+    let (priority_classes, pc_writer) = reflector::store();
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    tokio::spawn(
+        reflector(pc_writer, watcher(classes, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::debug!(error = %e, "priority class watch");
+                }
+            }),
+    );
+    (
+        GangCaches {
+            resource,
+            pod_groups,
+            priority_classes,
+        },
+        group_stream,
+    )
+}
+
+impl GangCaches {
+    /// The PodGroup named after `job`, as the planner sees it.
+    pub fn observed(&self, job: &TFJob) -> Option<ObservedPodGroup> {
+        let key = ObjectRef::new_with(&job.name_any(), self.resource.clone())
+            .within(&job.namespace().unwrap_or_default());
+        let object = self.pod_groups.get(&key)?;
+        serde_json::to_value(object.as_ref())
+            .ok()
+            .map(|v| ObservedPodGroup::from_object(&v))
+    }
+
+    /// Values of the cluster's priority classes by name.
+    pub fn priority_values(&self) -> BTreeMap<String, i32> {
+        self.priority_classes
+            .state()
+            .iter()
+            .map(|pc| (pc.name_any(), pc.value))
+            .collect()
+    }
+}
+
+/// What applying a PodGroup change led to.
+pub enum Applied {
+    Done,
+    /// The stored group changed since it was cached; look again shortly.
+    Conflict,
+}
+
+/// Creates, updates or deletes the job's PodGroup, with events as 1.9 published them for
+/// deletions (and the pod events' wording for creations).
+pub async fn apply(
+    ctx: &Context,
+    gang: &GangCaches,
+    job: &TFJob,
+    reference: &ObjectReference,
+    change: &PodGroupChange,
+) -> Result<Applied, Error> {
+    let name = job.name_any();
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &gang.resource);
+    match change {
+        PodGroupChange::Create(object) => {
+            let object: DynamicObject = serde_json::from_value(object.clone())
+                .map_err(|e| Error::Internal(format!("PodGroup of {namespace}/{name}: {e}")))?;
+            match api.create(&PostParams::default(), &object).await {
+                Ok(_) => {
+                    let event = JobEvent::new(
+                        EventType::Normal,
+                        "SuccessfulCreatePodGroup",
+                        format!("Created PodGroup: {name}"),
+                        None,
+                    );
+                    ctx.publish(reference, &event).await;
+                }
+                // Created by an earlier reconcile whose result the cache does not show yet.
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                Err(e) => {
+                    let event = JobEvent::new(
+                        EventType::Warning,
+                        "FailedCreatePodGroup",
+                        format!("Error creating: {e}"),
+                        None,
+                    );
+                    ctx.publish(reference, &event).await;
+                    return Err(Error::kube(
+                        format!("creating PodGroup {namespace}/{name}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        PodGroupChange::UpdateSpec(spec) => {
+            let key = ObjectRef::new_with(&name, gang.resource.clone()).within(&namespace);
+            let Some(cached) = gang.pod_groups.get(&key) else {
+                return Ok(Applied::Conflict);
+            };
+            let mut updated = (*cached).clone();
+            updated.data["spec"] = spec.clone();
+            match api.replace(&name, &PostParams::default(), &updated).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+                    return Ok(Applied::Conflict);
+                }
+                Err(e) => {
+                    return Err(Error::kube(
+                        format!("updating PodGroup {namespace}/{name}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        PodGroupChange::Delete => match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {
+                let event = JobEvent::new(
+                    EventType::Normal,
+                    "SuccessfulDeletePodGroup",
+                    format!("Deleted PodGroup: {name}"),
+                    None,
+                );
+                ctx.publish(reference, &event).await;
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => {
+                let event = JobEvent::new(
+                    EventType::Warning,
+                    "FailedDeletePodGroup",
+                    format!("Error deleting: {e}"),
+                    None,
+                );
+                ctx.publish(reference, &event).await;
+                return Err(Error::kube(
+                    format!("deleting PodGroup {namespace}/{name}"),
+                    e,
+                ));
+            }
+        },
+    }
+    Ok(Applied::Done)
+}

@@ -1,0 +1,30 @@
+//! The operator's API client: every request names the operator in its `User-Agent`
+//! (`tfjob-operator/<version>`), so audit logs, API priority and fairness, and the embedded
+//! cluster's request counts tell its requests from anyone else's; and every request passes the
+//! client-side rate limit ([`crate::rate_limit`]).
+
+use http::HeaderValue;
+use http::header::USER_AGENT as USER_AGENT_HEADER;
+use kube::client::{Body, ClientBuilder};
+use kube::{Client, Config};
+use tower::util::MapRequestLayer;
+
+use crate::rate_limit::{ApiRate, RateLimitLayer};
+
+/// The operator's `User-Agent`.
+pub const USER_AGENT: &str = concat!("tfjob-operator/", env!("CARGO_PKG_VERSION"));
+
+/// A client for `config`, named and held to `rate` (`None`: no limit).
+pub fn build(config: Config, rate: Option<ApiRate>) -> Result<Client, kube::Error> {
+    let limit = rate.map_or_else(RateLimitLayer::unlimited, RateLimitLayer::new);
+    let name = MapRequestLayer::new(|mut request: http::Request<Body>| {
+        request
+            .headers_mut()
+            .insert(USER_AGENT_HEADER, HeaderValue::from_static(USER_AGENT));
+        request
+    });
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&name)
+        .with_layer(&limit)
+        .build())
+}
