@@ -7,7 +7,8 @@
 //! with kube-scheduler's message, retrying when resources free up), and moves bound pods
 //! through realistic statuses: containers created, running, terminated, restarted in place
 //! under `OnFailure`/`Always`. What each pod does is scripted by `sim.tfjob.dev/*` annotations
-//! ([`script`]).
+//! ([`script`]). Containers print a start line, the lines of their `sim.tfjob.dev/log` script
+//! ([`log_script`]) and an exit line into the store's [`PodLogs`](crate::logs::PodLogs).
 //!
 //! The pure parts (annotation parsing, scheduling arithmetic, status rendering) live in the
 //! submodules; this file is the event loop: a watch on pods, one timer per pod, and writes
@@ -22,6 +23,7 @@
 //! Pods naming a scheduler the cluster does not run stay `Pending` untouched.
 
 pub mod gang;
+pub mod log_script;
 pub mod schedule;
 pub mod script;
 pub mod status;
@@ -39,6 +41,7 @@ use crate::crd::podgroups;
 use crate::error::ApiError;
 use crate::store::{EventType, Patch, ResourceType, Store, WatchEvent};
 use gang::{Decision, Family, GroupSpec, Members, Scheduling};
+use log_script::{LogEvent, LogScript};
 use schedule::{GPU, NodeView, Resources};
 use script::{PendingReason, Script};
 use status::{Ending, PodSim};
@@ -129,6 +132,15 @@ pub fn install_gang_crd(store: &Store, config: &KubeletConfig) -> Result<(), Api
 
 /// Runs the simulation until `shutdown` resolves.
 pub async fn run(store: Arc<Store>, config: KubeletConfig, shutdown: impl Future<Output = ()>) {
+    // However the loop ends (shutdown, or the task aborted), followers of a container's log
+    // must not wait for lines that will never come: the server would hold their requests open.
+    struct CloseLogs(Arc<Store>);
+    impl Drop for CloseLogs {
+        fn drop(&mut self) {
+            self.0.logs().close_all();
+        }
+    }
+    let _close_logs = CloseLogs(Arc::clone(&store));
     if let Err(e) = install_gang_crd(&store, &config) {
         tracing::error!(error = %e, "cannot serve the PodGroup CRD");
     }
@@ -211,6 +223,8 @@ struct Tracked {
     bound: bool,
     /// Being deleted: no longer a member of its group.
     deleting: bool,
+    /// What the containers print.
+    log: LogPlan,
 }
 
 impl Tracked {
@@ -284,6 +298,56 @@ impl Gang {
                 true
             }
         }
+    }
+}
+
+/// The log lines of a pod's containers, decided when the pod is first seen.
+#[derive(Debug, Default)]
+struct LogPlan {
+    /// The start line of each container.
+    starts: HashMap<String, String>,
+    /// The main container's task (`worker:1`), for `{task}`.
+    task: String,
+    script: LogScript,
+    /// When the main container prints its next scripted line, that line's number, and the
+    /// run it belongs to.
+    tick: Option<(Instant, u32, u32)>,
+}
+
+impl LogPlan {
+    fn of(pod: &Value) -> (LogPlan, Vec<String>) {
+        let list = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let text = |c: &Value, k: &str| {
+            c.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let mut task = String::new();
+        let starts = list
+            .iter()
+            .map(|c| {
+                let name = text(c, "name");
+                let tf = log_script::tf_config(pod, &name);
+                if let Some((t, _)) = tf.as_deref().and_then(log_script::task) {
+                    task = t;
+                }
+                let line = log_script::start_line(&name, &text(c, "image"), tf.as_deref());
+                (name, line)
+            })
+            .collect();
+        let (script, problems) = LogScript::parse(pod.get("metadata"));
+        let plan = LogPlan {
+            starts,
+            task,
+            script,
+            tick: None,
+        };
+        (plan, problems)
     }
 }
 
@@ -541,6 +605,8 @@ impl Kubelet {
             for uid in gone {
                 self.forget(&uid);
             }
+            // Logs of pods this kubelet never tracked go too.
+            self.store.logs().retain_pods(|uid| alive.contains(uid));
             for pod in &items {
                 self.observe(pod);
             }
@@ -585,8 +651,9 @@ impl Kubelet {
     }
 
     /// Drops a pod (gone, or replaced by one of another uid): its place is free, its group
-    /// has one member less.
+    /// has one member less, its logs go.
     fn forget(&mut self, uid: &str) {
+        self.store.logs().remove_pod(uid);
         let Some(t) = self.pods.remove(uid) else {
             return;
         };
@@ -752,6 +819,8 @@ impl Kubelet {
                     // Finished or deleted by someone else (a test playing kubelet, a
                     // finalizer holding a deleted pod): stop simulating it, free its place.
                     t.stage = Stage::Done;
+                    t.log.tick = None;
+                    self.store.logs().close_pod(&uid);
                     self.dirty = true;
                 }
                 Stage::Unscheduled | Stage::NeverScheduled => {
@@ -790,6 +859,8 @@ impl Kubelet {
         let index = script::replica_index(pod.get("metadata"));
         let (script, problems) =
             Script::parse(pod.get("metadata"), index, self.config.default_duration);
+        let (log, log_problems) = LogPlan::of(pod);
+        let problems = [problems, log_problems].concat();
         if !problems.is_empty() {
             self.warn_script(pod, &problems);
         }
@@ -797,6 +868,7 @@ impl Kubelet {
         let run = self.next_run(&t.replica);
         let mut t = Tracked {
             run: t.script.for_run(run),
+            log,
             ..t
         };
         match ours {
@@ -842,6 +914,7 @@ impl Kubelet {
             run: script.clone(),
             script,
             stage,
+            log: LogPlan::default(),
             scheduling: gang::scheduling_of(pod, gang),
             phase,
             bound,
@@ -900,6 +973,7 @@ impl Kubelet {
         let pod_ip = format!("10.244.{}.{}", node % 256, n.next_pod_ip % 250 + 2);
         let now = Timestamp::now();
         let mut sim = PodSim::new(pod, &n.view.name, &n.ip, &pod_ip, now);
+        let created = sim.containers.clone();
         let Some(t) = self.pods.get_mut(uid) else {
             return;
         };
@@ -919,21 +993,29 @@ impl Kubelet {
             )),
         };
         tracing::debug!(pod = t.name, node = n.view.name, "pod bound");
+        let events = log_script::transitions(&created, &sim.containers);
         t.stage = Stage::Bound {
             sim: Box::new(sim),
             timer,
         };
+        self.write_logs(uid, &events);
         self.write_sim(uid);
     }
 
     /// The earliest timer of any pod, or of a coscheduled group's wait at permit.
     fn next_deadline(&self) -> Option<Instant> {
-        let pods = self.pods.values().filter_map(|t| match &t.stage {
-            Stage::Bound {
-                timer: Some((at, _)),
-                ..
-            } => Some(*at),
-            _ => None,
+        let pods = self.pods.values().flat_map(|t| {
+            let step = match &t.stage {
+                Stage::Bound {
+                    timer: Some((at, _)),
+                    ..
+                } => Some(*at),
+                _ => None,
+            };
+            // The main container's next scripted log line.
+            [step, t.log.tick.map(|(at, _, _)| at)]
+                .into_iter()
+                .flatten()
         });
         pods.chain(self.permit_deadlines()).min()
     }
@@ -959,6 +1041,15 @@ impl Kubelet {
         for uid in due {
             self.step(&uid);
         }
+        let ticks: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, t)| t.log.tick.is_some_and(|(at, _, _)| at <= now))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in ticks {
+            self.tick_log(&uid);
+        }
         // A wait at permit ran out: the next pass rejects the group's members.
         if self.permit_deadlines().any(|at| at <= now) {
             self.dirty = true;
@@ -975,6 +1066,7 @@ impl Kubelet {
         let Some((_, step)) = timer.take() else {
             return;
         };
+        let before = sim.containers.clone();
         let now = Timestamp::now();
         match step {
             Step::Start => {
@@ -995,13 +1087,116 @@ impl Kubelet {
                 }
             }
         }
+        let events = log_script::transitions(&before, &sim.containers);
+        // Lines reach the log before the status that announces them, so a client that saw
+        // the container running or ended finds its start or exit line.
+        self.write_logs(uid, &events);
         self.write_sim(uid);
         if let Some(t) = self.pods.get_mut(uid)
             && let Stage::Bound { sim, .. } = &t.stage
             && sim.is_terminal()
         {
             t.stage = Stage::Done;
+            t.log.tick = None;
             self.dirty = true;
+        }
+    }
+
+    /// Writes what the containers print as their runs begin and end, and arms the main
+    /// container's scripted lines.
+    fn write_logs(&mut self, uid: &str, events: &[LogEvent]) {
+        let Some(t) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let Stage::Bound { sim, .. } = &t.stage else {
+            return;
+        };
+        let main = sim.containers.get(sim.main).map(|c| c.name.clone());
+        let logs = self.store.logs();
+        let now = Timestamp::now();
+        for event in events {
+            match event {
+                LogEvent::Exit {
+                    container,
+                    exit_code,
+                    reason,
+                } => {
+                    if let Some(run) = logs.current(uid, container) {
+                        run.push(now, &log_script::exit_line(*exit_code, reason));
+                        run.close();
+                    }
+                    if main.as_ref() == Some(container) {
+                        t.log.tick = None;
+                    }
+                }
+                LogEvent::Start { container, run } => {
+                    let log = logs.start_run(uid, container);
+                    if let Some(line) = t.log.starts.get(container) {
+                        log.push(now, line);
+                    }
+                    if main.as_ref() != Some(container) {
+                        continue;
+                    }
+                    match &t.log.script {
+                        LogScript::Literal(lines) => {
+                            for line in lines {
+                                log.push(now, line);
+                            }
+                        }
+                        LogScript::Steps {
+                            every: None,
+                            lines,
+                            text,
+                        } => {
+                            for i in 1..=*lines {
+                                log.push(now, &log_script::render_step(text, i, *run, &t.log.task));
+                            }
+                        }
+                        LogScript::Steps {
+                            every: Some(every),
+                            lines,
+                            ..
+                        } if *lines > 0 => {
+                            t.log.tick = Some((Instant::now() + *every, 1, *run));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The main container prints its next scripted line.
+    fn tick_log(&mut self, uid: &str) {
+        let Some(t) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let Some((at, i, run)) = t.log.tick.take() else {
+            return;
+        };
+        let (
+            Stage::Bound { sim, .. },
+            LogScript::Steps {
+                every: Some(every),
+                lines,
+                text,
+            },
+        ) = (&t.stage, &t.log.script)
+        else {
+            return;
+        };
+        let Some(main) = sim.containers.get(sim.main) else {
+            return;
+        };
+        if let Some(log) = self.store.logs().current(uid, &main.name) {
+            log.push(
+                Timestamp::now(),
+                &log_script::render_step(text, i, run, &t.log.task),
+            );
+        }
+        if i < *lines {
+            // From the planned time, not from now, so a busy loop does not stretch the script.
+            t.log.tick = Some((at + *every, i + 1, run));
         }
     }
 

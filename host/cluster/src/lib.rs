@@ -1,12 +1,13 @@
 //! An embedded Kubernetes API server for development and end-to-end tests.
 //!
-//! No real API server can run on the development and CI machines, so the project brings its
-//! own: an in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks
-//! to it unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the
-//! HTTP front (with [`table`] and [`openapi`] for kubectl and [`crd`] for custom resources); [`kubelet`]
-//! schedules pods onto simulated nodes and runs them by the scripts in their annotations;
-//! [`persist`] keeps the objects in a file across restarts. For tests of how clients cope with
-//! a misbehaving server, [`faults`] injects API errors, latency and cut watches, and
+//! No real API server can run on the development and CI machines, so the project brings its own: an
+//! in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks to it
+//! unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the HTTP front
+//! (with [`table`], [`openapi`] and [`protobuf`] for kubectl and [`crd`] for custom resources);
+//! [`kubelet`] schedules pods onto simulated nodes and runs them by the scripts in their
+//! annotations, writing their containers' output into [`logs`], which `pods/log` ([`pod_log`])
+//! serves; [`persist`] keeps the objects in a file across restarts. For tests of how clients cope
+//! with a misbehaving server, [`faults`] injects API errors, latency and cut watches, and
 //! [`requests`] counts requests by verb, resource and client.
 
 pub mod crd;
@@ -14,8 +15,11 @@ mod debug;
 pub mod error;
 pub mod faults;
 pub mod kubelet;
+pub mod logs;
 pub mod openapi;
 pub mod persist;
+pub mod pod_log;
+pub mod protobuf;
 pub mod requests;
 pub mod selector;
 pub mod server;

@@ -1,10 +1,11 @@
 //! The HTTP front of the embedded API server: Kubernetes REST paths for every served type
-//! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label
-//! and field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
+//! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label and
+//! field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
 //! bookmarks, create, replace, the four patch types, delete and deletecollection, status
-//! subresources, discovery, OpenAPI v3 documents for kubectl's validation, and CRDs that make
-//! their resources served when applied. Tests reach in through [`ServerOptions`]: a middleware
-//! in front of every handler injects the configured [`Faults`] and counts requests in
+//! subresources, `pods/log` ([`crate::pod_log`]), protobuf bodies of the core types kubectl sends
+//! that way ([`crate::protobuf`]), discovery, OpenAPI v3 documents for kubectl's validation, and
+//! CRDs that make their resources served when applied. Tests reach in through [`ServerOptions`]: a
+//! middleware in front of every handler injects the configured [`Faults`] and counts requests in
 //! [`RequestStats`], and `/debug/faults` and `/debug/requests` read and change both at run time.
 
 use std::collections::HashMap;
@@ -249,6 +250,16 @@ async fn handle(
         .filter(|s| !s.is_empty())
         .collect();
     let query = parse_query(&uri);
+    if let ["api", "v1", "namespaces", ns, "pods", name, "log"] = segments.as_slice() {
+        if method != Method::GET {
+            return error_response(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", uri.path()),
+            ));
+        }
+        return crate::pod_log::serve(&server.store, ns, name, &query);
+    }
     match discovery(&server.store, &segments) {
         Some(doc) if method == Method::GET => return json_response(200, &doc),
         _ => {}
@@ -257,23 +268,25 @@ async fn handle(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
-    // Only JSON bodies are understood; answering 415 makes clients that prefer protobuf
-    // (kubectl for built-in types) fall back to JSON.
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !body.is_empty() && content_type.contains("protobuf") {
-        return error_response(&ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!("the body of type {content_type} is not supported; use JSON"),
-        ));
-    }
-    let table = headers
+    // kubectl sends built-in objects as protobuf; the supported kinds are turned into the JSON
+    // every handler below works with, the others refused with 415.
+    let body = if !body.is_empty() && content_type.contains("protobuf") {
+        match protobuf_body(&body) {
+            Ok(json) => json,
+            Err(e) => return error_response(&e),
+        }
+    } else {
+        body
+    };
+    let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(crate::table::wants_table);
+        .unwrap_or("");
+    let table = crate::table::wants_table(accept);
     let result = match (&method, &target.name) {
         (&Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             return watch(&server.store, &target, &query, table);
@@ -328,9 +341,53 @@ async fn handle(
             if method != Method::GET {
                 after_write(&server.store, &target.t, &method, &obj);
             }
+            if !table
+                && crate::protobuf::prefers_protobuf(accept)
+                && let Some(response) = protobuf_response(code, &obj)
+            {
+                return response;
+            }
             json_response(code, &obj)
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// The JSON of a protobuf request body: `415` for kinds not decoded here, `400` for bytes that
+/// are not a well-formed object.
+fn protobuf_body(body: &Bytes) -> Result<Bytes, ApiError> {
+    use crate::protobuf::ProtoError;
+    match crate::protobuf::decode(body) {
+        Ok(obj) => Ok(Bytes::from(obj.to_string())),
+        Err(e @ ProtoError::Unsupported { .. }) => {
+            Err(ApiError::new(415, "UnsupportedMediaType", e.to_string()))
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the protobuf body cannot be decoded: {e}"
+        ))),
+    }
+}
+
+/// A protobuf answer, for a client that asks for protobuf first, when the object's kind is
+/// one encoded here; `None` leaves the answer to JSON, which such clients accept too.
+fn protobuf_response(code: u16, obj: &Value) -> Option<Response> {
+    let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default();
+    if !crate::protobuf::supports(text("apiVersion"), text("kind")) {
+        return None;
+    }
+    match crate::protobuf::encode(obj) {
+        Ok(bytes) => Some(
+            (
+                StatusCode::from_u16(code).unwrap_or(StatusCode::OK),
+                [(header::CONTENT_TYPE, crate::protobuf::MEDIA_TYPE)],
+                bytes,
+            )
+                .into_response(),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot encode the answer as protobuf; answering JSON");
+            None
+        }
     }
 }
 

@@ -87,6 +87,8 @@ pub fn builtin_types() -> Vec<ResourceType> {
         ResourceType::new("", "v1", "Pod", "pods", true, true).short("po"),
         ResourceType::new("", "v1", "Service", "services", true, true).short("svc"),
         ResourceType::new("", "v1", "ConfigMap", "configmaps", true, false).short("cm"),
+        ResourceType::new("", "v1", "Secret", "secrets", true, false),
+        ResourceType::new("", "v1", "ServiceAccount", "serviceaccounts", true, false).short("sa"),
         ResourceType::new("", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),
@@ -214,6 +216,9 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<WatchEvent>,
+    /// Container logs, written by the simulated kubelet and read by `pods/log`; kept here
+    /// because both hold the store.
+    logs: crate::logs::PodLogs,
 }
 
 fn now() -> String {
@@ -260,6 +265,7 @@ impl Store {
                 validators: HashMap::new(),
             }),
             tx,
+            logs: crate::logs::PodLogs::new(),
         };
         for t in builtin_types() {
             store.register(t);
@@ -293,6 +299,11 @@ impl Store {
     /// Every served type.
     pub fn types(&self) -> Vec<ResourceType> {
         self.lock().types.values().cloned().collect()
+    }
+
+    /// The containers' logs.
+    pub fn logs(&self) -> &crate::logs::PodLogs {
+        &self.logs
     }
 
     /// The current resourceVersion.

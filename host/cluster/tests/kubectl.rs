@@ -2,17 +2,25 @@
 //! it reads the server's OpenAPI v3 documents, finds that the server validates fields itself,
 //! and sends `fieldValidation=Strict`. `apply`, `apply --server-side`, `create` and `replace`
 //! of built-in kinds and of TFJobs succeed, a second apply patches, and the fault endpoint is
-//! driven with `kubectl get --raw` and `kubectl replace --raw`. CI installs kubectl; the test
-//! needs it on PATH.
+//! driven with `kubectl get --raw` and `kubectl replace --raw`. With the simulated kubelet,
+//! `kubectl logs` reads what the containers printed: plain, followed to the container's end,
+//! tailed, with timestamps, per container and from the run before a restart. `kubectl create
+//! namespace|configmap|secret|serviceaccount` send protobuf, which the server decodes (binary
+//! ConfigMap data byte for byte) and answers in protobuf. CI installs
+//! kubectl; the test needs it on PATH.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
 use tfjob_cluster::Store;
+use tfjob_cluster::kubelet::{self, KubeletConfig};
 use tfjob_cluster::server::ServerOptions;
 
 struct Kubectl {
+    addr: std::net::SocketAddr,
     kubeconfig: PathBuf,
     cache: PathBuf,
     dir: tempfile::TempDir,
@@ -23,6 +31,15 @@ struct Kubectl {
 /// Starts the server (with the TFJob CRD and its admission check, no operator) on a background
 /// runtime and writes a kubeconfig for it.
 fn start() -> Kubectl {
+    start_cluster(false)
+}
+
+/// The same, with the simulated kubelet running the pods.
+fn start_with_kubelet() -> Kubectl {
+    start_cluster(true)
+}
+
+fn start_cluster(with_kubelet: bool) -> Kubectl {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,6 +60,15 @@ fn start() -> Kubectl {
             ServerOptions::default(),
         ))
         .unwrap();
+    if with_kubelet {
+        let config = KubeletConfig {
+            startup: Duration::from_millis(20),
+            ..KubeletConfig::default()
+        };
+        let _guard = runtime.enter();
+        // Runs until the runtime is dropped with the test.
+        drop(kubelet::spawn(Arc::clone(&store), config));
+    }
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
@@ -54,6 +80,7 @@ fn start() -> Kubectl {
     )
     .unwrap();
     Kubectl {
+        addr: running.addr,
         kubeconfig,
         cache: dir.path().join("cache"),
         dir,
@@ -89,6 +116,38 @@ impl Kubectl {
             "kubectl {args:?} warned: {stderr}"
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs kubectl expecting it to fail, and returns its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Waits (up to 30 s) until pod `name` in `default` satisfies `done`.
+    fn wait_pod(&self, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let pods = self.store.resource("", "pods").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(p) = self.store.get(&pods, Some("default"), name)
+                && done(&p)
+            {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "pod {name} never became {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn create_pod(&self, pod: Value) -> String {
+        let pods = self.store.resource("", "pods").unwrap();
+        let created = self.store.create(&pods, Some("default"), pod).unwrap();
+        created["metadata"]["uid"].as_str().unwrap().to_owned()
     }
 
     fn file(&self, name: &str, text: &str) -> String {
@@ -247,4 +306,373 @@ fn kubectl_drives_the_fault_endpoint() {
     let counted = k.ok(&["get", "--raw", "/debug/requests"]);
     assert!(counted.contains(r#""agent":"kubectl""#), "{counted}");
     assert!(counted.contains(r#""internalErrors":1"#), "{counted}");
+}
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or_default()
+}
+
+const TF_CONFIG: &str = r#"{"cluster":{"chief":["trainer-chief-0:2222"],"worker":["trainer-worker-0:2222","trainer-worker-1:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"}"#;
+
+/// A worker printing five loss lines, 100 ms apart, beside a sidecar.
+fn trainer() -> Value {
+    json!({
+        "metadata": {"name": "trainer", "annotations": {
+            "sim.tfjob.dev/duration": "2s",
+            "sim.tfjob.dev/log": "every=100ms;lines=5;text=step {i} loss {loss}",
+        }},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "tensorflow", "image": "tf:2", "env": [{"name": "TF_CONFIG", "value": TF_CONFIG}]},
+            {"name": "sidecar", "image": "busybox:1"},
+        ]}
+    })
+}
+
+#[test]
+fn kubectl_logs_follows_tails_and_picks_containers() {
+    let k = start_with_kubelet();
+    let uid = k.create_pod(trainer());
+    k.wait_pod("trainer", "Running", |p| phase(p) == "Running");
+
+    // -f streams until the container ends, then kubectl returns.
+    let started = Instant::now();
+    let followed = k.ok(&["logs", "-f", "trainer", "-c", "tensorflow"]);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let lines: Vec<&str> = followed.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"INFO starting task worker:1 of cluster {chief: 1, worker: 2}"),
+        "{followed}"
+    );
+    let steps: Vec<&&str> = lines.iter().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(steps.len(), 5, "{followed}");
+    assert!(steps[0].starts_with("step 1 loss 2."), "{followed}");
+    assert_eq!(
+        lines.last(),
+        Some(&"INFO container exited with code 0 (Completed)"),
+        "{followed}"
+    );
+    k.wait_pod("trainer", "Succeeded", |p| phase(p) == "Succeeded");
+
+    // The same log, plain, after the end.
+    assert_eq!(k.ok(&["logs", "trainer", "-c", "tensorflow"]), followed);
+    // kubectl picks the first container itself when there are several.
+    let defaulted = k.run(&["logs", "trainer"]);
+    assert!(defaulted.status.success());
+    assert_eq!(String::from_utf8_lossy(&defaulted.stdout), followed);
+    let tail = k.ok(&["logs", "trainer", "-c", "tensorflow", "--tail=2"]);
+    let tail: Vec<&str> = tail.lines().collect();
+    assert_eq!(tail.len(), 2, "{tail:?}");
+    assert!(tail[0].starts_with("step 5 loss "), "{tail:?}");
+    assert_eq!(tail[1], "INFO container exited with code 0 (Completed)");
+    assert_eq!(
+        k.ok(&["logs", "trainer", "-c", "sidecar"]),
+        "INFO starting container sidecar (image busybox:1)\nINFO container exited with code 0 (Completed)\n"
+    );
+    let stamped = k.ok(&["logs", "trainer", "-c", "tensorflow", "--timestamps"]);
+    assert_eq!(stamped.lines().count(), lines.len());
+    for (line, plain) in stamped.lines().zip(&lines) {
+        let (at, text) = line.split_once(' ').unwrap();
+        let at: jiff::Timestamp = at.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(at <= jiff::Timestamp::now());
+        assert_eq!(text, *plain);
+    }
+    assert_eq!(
+        k.ok(&["logs", "trainer", "-c", "tensorflow", "--limit-bytes=4"]),
+        "INFO"
+    );
+
+    // Refusals, in Kubernetes' words.
+    let err = k.fails(&["logs", "trainer", "-c", "nope"]);
+    assert!(
+        err.contains("container nope is not valid for pod trainer"),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/trainer/log",
+    ]);
+    assert!(
+        err.contains("a container name must be specified for pod trainer, choose one of: [tensorflow sidecar]"),
+        "{err}"
+    );
+    let err = k.fails(&["logs", "trainer", "-c", "tensorflow", "--previous"]);
+    assert!(
+        err.contains(r#"previous terminated container "tensorflow" in pod "trainer" not found"#),
+        "{err}"
+    );
+    let err = k.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/trainer/log?container=sidecar&tailLines=ten",
+    ]);
+    assert!(err.contains("tailLines"), "{err}");
+    let err = k.fails(&["logs", "missing"]);
+    assert!(err.contains(r#"pods "missing" not found"#), "{err}");
+    let huge = k.ok(&["get", "--raw", "/api/v1/namespaces/default/pods/trainer/log?container=sidecar&tailLines=9223372036854775807"]);
+    assert_eq!(huge.lines().count(), 2);
+
+    // A deleted pod takes its logs with it.
+    k.ok(&["delete", "pod", "trainer", "--wait=false"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while k.store.logs().current(&uid, "tensorflow").is_some() {
+        assert!(Instant::now() < deadline, "the logs outlived the pod");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kubectl_logs_previous_reads_the_run_before_a_restart() {
+    let k = start_with_kubelet();
+    k.create_pod(json!({
+        "metadata": {"name": "flaky", "annotations": {
+            "sim.tfjob.dev/duration": "300ms",
+            "sim.tfjob.dev/exit-code": "1",
+            "sim.tfjob.dev/fail-times": "1",
+            "sim.tfjob.dev/log": "lines=1;text=attempt {run}",
+        }},
+        "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "tensorflow", "image": "tf:2"}]}
+    }));
+    k.wait_pod("flaky", "restarted", |p| {
+        p.pointer("/status/containerStatuses/0/restartCount")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n >= 1)
+    });
+    assert_eq!(
+        k.ok(&["logs", "flaky", "--previous"]),
+        "INFO starting container tensorflow (image tf:2)\nattempt 1\nERROR container exited with code 1 (Error)\n"
+    );
+    let current = k.ok(&["logs", "flaky"]);
+    assert!(
+        current.starts_with("INFO starting container tensorflow (image tf:2)\nattempt 2\n"),
+        "{current}"
+    );
+
+    // A pod that never starts has no log yet: the kubelet's message says why.
+    k.create_pod(json!({
+        "metadata": {"name": "stuck", "annotations": {"sim.tfjob.dev/pending-reason": "ImagePullBackOff"}},
+        "spec": {"containers": [{"name": "tensorflow", "image": "tf:missing"}]}
+    }));
+    k.wait_pod("stuck", "stuck", |p| {
+        p.pointer("/status/containerStatuses/0/state/waiting")
+            .is_some()
+    });
+    let err = k.fails(&["logs", "stuck"]);
+    assert!(
+        err.contains(
+            r#"container "tensorflow" in pod "stuck" is waiting to start: ImagePullBackOff"#
+        ),
+        "{err}"
+    );
+}
+
+/// A small but real WebAssembly module (`(func (export "ans") (result i32) i32.const 65535)`)
+/// with a custom section holding every byte value, so it is not UTF-8 and kubectl puts it in
+/// `binaryData`.
+fn wasm_module() -> Vec<u8> {
+    let mut m = vec![0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+    m.extend([0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f]); // type: () -> i32
+    m.extend([0x03, 0x02, 0x01, 0x00]); // function 0 has type 0
+    m.extend([0x07, 0x07, 0x01, 0x03, b'a', b'n', b's', 0x00, 0x00]); // export "ans"
+    m.extend([0x0a, 0x08, 0x01, 0x06, 0x00, 0x41, 0xff, 0xff, 0x03, 0x0b]); // i32.const 65535
+    let payload: Vec<u8> = (0..4).flat_map(|_| 0..=255u8).collect();
+    // Custom section "blob": 1 + 4 + 1024 = 1029 bytes, LEB128 0x85 0x08.
+    m.extend([0x00, 0x85, 0x08, 0x04, b'b', b'l', b'o', b'b']);
+    m.extend(payload);
+    m
+}
+
+/// Sends one raw HTTP request and returns the status line and body.
+fn raw_request(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn kubectl_creates_core_objects_sent_as_protobuf() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let k = start();
+
+    // kubectl sends the namespace as protobuf and is answered in protobuf.
+    let out = k.run(&["create", "namespace", "team-a", "-v=8"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "namespace/team-a created\n"
+    );
+    // Once for the request, once for the answer.
+    assert_eq!(
+        log.matches("Content-Type: application/vnd.kubernetes.protobuf")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("201 Created"), "{log}");
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "namespace",
+            "team-a",
+            "-o",
+            "jsonpath={.metadata.name}"
+        ]),
+        "team-a"
+    );
+
+    let module = wasm_module();
+    let wasm = k.dir.path().join("policy.wasm");
+    std::fs::write(&wasm, &module).unwrap();
+    let from_file = format!("--from-file=policy.wasm={}", wasm.display());
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "configmap",
+            "policy",
+            "-n",
+            "team-a",
+            &from_file,
+            "--from-literal=mode=enforce"
+        ]),
+        "configmap/policy created\n"
+    );
+    let stored = k.ok(&[
+        "get",
+        "cm",
+        "policy",
+        "-n",
+        "team-a",
+        "-o",
+        r"jsonpath={.binaryData.policy\.wasm}",
+    ]);
+    assert_eq!(b64.decode(stored.trim()).unwrap(), module);
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "cm",
+            "policy",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.data.mode}"
+        ]),
+        "enforce"
+    );
+
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "-n",
+            "team-a",
+            "--from-literal=token=s3cr3t",
+            "--type=Opaque",
+            &from_file
+        ]),
+        "secret/creds created\n"
+    );
+    let token = k.ok(&[
+        "get",
+        "secret",
+        "creds",
+        "-n",
+        "team-a",
+        "-o",
+        "jsonpath={.data.token}",
+    ]);
+    assert_eq!(b64.decode(token).unwrap(), b"s3cr3t");
+    let blob = k.ok(&[
+        "get",
+        "secret",
+        "creds",
+        "-n",
+        "team-a",
+        "-o",
+        r"jsonpath={.data.policy\.wasm}",
+    ]);
+    assert_eq!(b64.decode(blob).unwrap(), module);
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.type}"
+        ]),
+        "Opaque"
+    );
+    assert_eq!(
+        k.ok(&["create", "serviceaccount", "runner", "-n", "team-a"]),
+        "serviceaccount/runner created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "create",
+            "service",
+            "clusterip",
+            "web",
+            "-n",
+            "team-a",
+            "--tcp=80:8080"
+        ]),
+        "service/web created\n"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "svc",
+            "web",
+            "-n",
+            "team-a",
+            "-o",
+            "jsonpath={.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}"
+        ]),
+        "80 8080 web"
+    );
+    // A second create of the same name is refused as on a real server.
+    let err = k.fails(&["create", "namespace", "team-a"]);
+    assert!(err.contains("AlreadyExists"), "{err}");
+
+    // Bytes that are not a Kubernetes protobuf object: 400 with the reason, and nothing stored.
+    let namespaces = k.store.resource("", "namespaces").unwrap();
+    let before = k.store.list(&namespaces, None).0.len();
+    let post =
+        "POST /api/v1/namespaces HTTP/1.1\r\nContent-Type: application/vnd.kubernetes.protobuf";
+    for (body, expect) in [
+        (b"not protobuf".to_vec(), "magic number"),
+        (b"k8s\0\x12\xff\xff\xff\xff\x0f".to_vec(), "envelope"),
+        (
+            b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09Namespace\x12\x03\xff\xff\xff".to_vec(),
+            "Namespace in the protobuf body is malformed",
+        ),
+    ] {
+        let (status, answer) = raw_request(k.addr, post, &body);
+        assert!(status.contains(" 400 "), "{status} {answer}");
+        assert!(answer.contains(expect), "{answer}");
+        assert!(answer.contains(r#""kind":"Status""#), "{answer}");
+    }
+    let pod = b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00";
+    let (status, answer) = raw_request(k.addr, post, pod);
+    assert!(status.contains(" 415 "), "{status} {answer}");
+    assert_eq!(k.store.list(&namespaces, None).0.len(), before);
 }

@@ -1,0 +1,104 @@
+//! The official Kubernetes Python client (`pip install kubernetes`) reading a pod's log from the
+//! embedded cluster with `read_namespaced_pod_log`, plain and with `tail_lines`, and getting
+//! the API server's error for an unknown container. The script is
+//! `tests/python/read_pod_log.py`; CI installs the client. Locally, without it, the test says
+//! so and passes.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tfjob_cluster::Store;
+use tfjob_cluster::kubelet::{self, KubeletConfig};
+
+fn python_client_installed() -> bool {
+    Command::new("python3")
+        .args(["-c", "import kubernetes"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_reads_pod_logs() {
+    if !python_client_installed() {
+        eprintln!(
+            "SKIPPED: python3 -c 'import kubernetes' fails; install the client with \
+             `python3 -m pip install kubernetes` (CI does)"
+        );
+        return;
+    }
+    let store = Store::new();
+    let (addr, server) = tfjob_cluster::server::start(Arc::clone(&store), 0)
+        .await
+        .unwrap();
+    let kubelet = kubelet::spawn(
+        Arc::clone(&store),
+        KubeletConfig {
+            startup: Duration::from_millis(20),
+            ..KubeletConfig::default()
+        },
+    );
+    let pods = store.resource("", "pods").unwrap();
+    store
+        .create(
+            &pods,
+            Some("default"),
+            json!({
+                "metadata": {"name": "reader", "annotations": {
+                    "sim.tfjob.dev/duration": "200ms",
+                    "sim.tfjob.dev/log": "lines=4;text=step {i} loss {loss}",
+                }},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "tensorflow", "image": "tf:2"}]}
+            }),
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.get(&pods, Some("default"), "reader").unwrap()["status"]["phase"] != "Succeeded" {
+        assert!(Instant::now() < deadline, "the pod never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: embedded\n  context: {{cluster: embedded, user: embedded, namespace: default}}\ncurrent-context: embedded\nusers:\n- name: embedded\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_pod_log.py");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(script)
+            .arg(&kubeconfig)
+            .args(["default", "reader", "tensorflow"])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let whole = seen["whole"].as_str().unwrap();
+    let lines: Vec<&str> = whole.lines().collect();
+    assert_eq!(lines.len(), 6, "{whole}");
+    assert_eq!(lines[0], "INFO starting container tensorflow (image tf:2)");
+    assert!(lines[1].starts_with("step 1 loss "), "{whole}");
+    assert_eq!(lines[5], "INFO container exited with code 0 (Completed)");
+    assert_eq!(seen["tail"].as_str().unwrap(), lines[4..].join("\n") + "\n");
+    assert_eq!(seen["error"]["status"], 400);
+    assert_eq!(
+        seen["error"]["message"],
+        "container nope is not valid for pod reader"
+    );
+    kubelet.abort();
+    server.abort();
+}
