@@ -433,7 +433,7 @@ spec:
             r#"
 metadata: {name: Bad_Name}
 spec:
-  runPolicy: {managedBy: someone/else, backoffLimit: -1, ttlSecondsAfterFinished: -5, activeDeadlineSeconds: -2}
+  runPolicy: {managedBy: someone/else, backoffLimit: -1, ttlSecondsAfterFinished: -5, activeDeadlineSeconds: -2, schedulingPolicy: {minAvailable: -3, scheduleTimeoutSeconds: -1}}
   tfReplicaSpecs:
     Chief:
       template: {spec: {containers: [{name: tensorflow, image: t}]}}
@@ -454,6 +454,8 @@ spec:
                 "spec.runPolicy.ttlSecondsAfterFinished",
                 "spec.runPolicy.activeDeadlineSeconds",
                 "spec.runPolicy.backoffLimit",
+                "spec.runPolicy.schedulingPolicy.minAvailable",
+                "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
                 "spec.tfReplicaSpecs[Launcher]",
                 "spec.tfReplicaSpecs[Worker].template.spec.containers",
                 "spec.tfReplicaSpecs[master].replicas",

@@ -127,6 +127,7 @@ pub async fn apply(
                 .map_err(|e| Error::Internal(format!("PodGroup of {namespace}/{name}: {e}")))?;
             match api.create(&PostParams::default(), &object).await {
                 Ok(_) => {
+                    ctx.metrics.pod_group_created();
                     let event = JobEvent::new(
                         EventType::Normal,
                         "SuccessfulCreatePodGroup",
@@ -174,6 +175,7 @@ pub async fn apply(
         }
         PodGroupChange::Delete => match api.delete(&name, &DeleteParams::background()).await {
             Ok(_) => {
+                ctx.metrics.pod_group_deleted();
                 let event = JobEvent::new(
                     EventType::Normal,
                     "SuccessfulDeletePodGroup",

@@ -144,6 +144,7 @@ mod tests {
     async fn health_readiness_and_metrics() {
         let (e, metrics) = endpoint();
         metrics.transition("ml", tfjob_planner::Transition::Succeeded);
+        metrics.pod_group_created();
         assert_eq!(
             get(router(e.clone()), "/healthz").await,
             (StatusCode::OK, "ok".into())
@@ -170,6 +171,8 @@ mod tests {
             ),
             "{body}"
         );
+        assert!(body.contains("\ncreated_pod_groups_total 1\n"), "{body}");
+        assert!(body.contains("\ndeleted_pod_groups_total 0\n"), "{body}");
         assert!(body.ends_with("# EOF\n"));
     }
 

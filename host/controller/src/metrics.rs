@@ -1,5 +1,5 @@
-//! Prometheus metrics: training-operator's job counters plus the controller's own reconcile
-//! count, errors by category and duration.
+//! Prometheus metrics: training-operator's job and PodGroup counters plus the controller's own
+//! reconcile count, errors by category and duration.
 
 use std::time::Duration;
 
@@ -34,6 +34,8 @@ pub struct Metrics {
     reconciles: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Histogram,
+    pod_groups_created: Counter,
+    pod_groups_deleted: Counter,
 }
 
 impl Metrics {
@@ -48,6 +50,8 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_errors: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            pod_groups_created: Counter::default(),
+            pod_groups_deleted: Counter::default(),
         };
         // prometheus-client appends `_total` to counters.
         for (name, help, family) in [
@@ -79,6 +83,17 @@ impl Metrics {
         ] {
             registry.register(name, help, family.clone());
         }
+        // training-operator's PodGroup counters, under its names (no prefix, no labels).
+        registry.register(
+            "created_pod_groups",
+            "The total number of created pod groups",
+            m.pod_groups_created.clone(),
+        );
+        registry.register(
+            "deleted_pod_groups",
+            "The total number of deleted pod groups",
+            m.pod_groups_deleted.clone(),
+        );
         registry.register(
             "tfjob_operator_reconciles",
             "Reconciles started",
@@ -95,6 +110,14 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         m
+    }
+
+    pub fn pod_group_created(&self) {
+        self.pod_groups_created.inc();
+    }
+
+    pub fn pod_group_deleted(&self) {
+        self.pod_groups_deleted.inc();
     }
 
     pub fn reconcile_started(&self) {

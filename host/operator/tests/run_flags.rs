@@ -310,3 +310,27 @@ fn a_gang_scheduler_without_its_crd_stops_the_operator_at_start() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_deployments_arguments_are_accepted() {
+    let text = std::fs::read_to_string(common::repo("deploy/operator/deployment.yaml")).unwrap();
+    let deployment: serde_json::Value =
+        serde_yaml_ng::from_str(text.split("\n---").next().unwrap()).unwrap();
+    let args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("the operator container has args")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(args[0], "run");
+    // Parsed in full, then stopped by the missing cluster (a usage error would exit 2).
+    let out = common::operator()
+        .args(&args)
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .env_remove("KUBEFLOW_NAMESPACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}
