@@ -142,3 +142,64 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
     let _ = std::fs::remove_file(bad);
     assert!(Path::new(&example("demo-retry.yaml")).exists());
 }
+
+/// The README's kubectl-only path for a policy: `create configmap --from-file` (sent as
+/// protobuf, the module as binary data), `label`, and the operator serves it.
+#[test]
+fn kubectl_create_configmap_ships_a_policy_module() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("team.wasm");
+    let decorate = tfjob_policy_engine::defaults::find("default-decorate").unwrap();
+    std::fs::write(&wasm, decorate.wasm).unwrap();
+    let manifest = dir.path().join("policy.yaml");
+    std::fs::write(
+        &manifest,
+        "name: team-labels\nhooks: [decorate]\norder: 10\nsettings: {defaultLabels: {shipped-by: kubectl}}\n",
+    )
+    .unwrap();
+    c.ok(&[
+        "-n",
+        "tfjob-system",
+        "create",
+        "configmap",
+        "team-labels",
+        &format!("--from-file=policy.wasm={}", wasm.display()),
+        &format!("--from-file=policy.yaml={}", manifest.display()),
+    ]);
+    let module = c.ok(&[
+        "-n",
+        "tfjob-system",
+        "get",
+        "configmap",
+        "team-labels",
+        "-o",
+        "jsonpath={.binaryData.policy\\.wasm}",
+    ]);
+    assert!(!module.is_empty(), "the module is kept as binary data");
+    c.ok(&[
+        "-n",
+        "tfjob-system",
+        "label",
+        "configmap",
+        "team-labels",
+        "policy.tfjob.dev/policy=true",
+    ]);
+    c.until(
+        &[
+            "-n",
+            "tfjob-system",
+            "get",
+            "configmap",
+            "team-labels",
+            "-o",
+            "jsonpath={.metadata.annotations.policy\\.tfjob\\.dev/status}",
+        ],
+        |status| status.contains(r#""state":"Active""#),
+    );
+    c.ok(&["apply", "-f", &example("demo-dist-mnist.yaml")]);
+    c.until(
+        &["get", "pods", "-l", "shipped-by=kubectl", "-o", "name"],
+        |pods| !pods.trim().is_empty(),
+    );
+}
