@@ -92,6 +92,50 @@ pub fn builtin_types() -> Vec<ResourceType> {
         ResourceType::new("", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("events.k8s.io", "v1", "Event", "events", true, false).short("ev"),
         ResourceType::new("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+        // What an install (`kubectl apply -k deploy/...`) creates besides the operator's own
+        // kinds: the Deployment, its disruption budget and the RBAC objects.
+        ResourceType::new("apps", "v1", "Deployment", "deployments", true, true).short("deploy"),
+        ResourceType::new(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            true,
+            true,
+        )
+        .short("pdb"),
+        ResourceType::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "Role",
+            "roles",
+            true,
+            false,
+        ),
+        ResourceType::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            true,
+            false,
+        ),
+        ResourceType::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            false,
+            false,
+        ),
+        ResourceType::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            false,
+            false,
+        ),
         // Read by a gang-scheduling operator to order a computed PodGroup minResources.
         ResourceType::new(
             "scheduling.k8s.io",
