@@ -58,6 +58,7 @@ async fn start() -> Env {
         policies: Arc::new(NativePolicies::default()),
         instance: None,
         metrics: Default::default(),
+        leadership: tfjob_controller::Leadership::always(),
     };
     let operator = tokio::spawn(tfjob_controller::run(client.clone(), config, async {
         let _ = rx.await;

@@ -12,6 +12,7 @@ use kube::runtime::reflector::Store;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
 use crate::gang::GangCaches;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
@@ -41,6 +42,8 @@ pub struct Context {
     pub progress: Arc<Progress>,
     /// PodGroups and priority classes, when jobs are gang-scheduled.
     pub gang: Option<GangCaches>,
+    /// Whether this instance leads; a standby reconciles nothing.
+    pub leadership: Leadership,
 }
 
 impl Context {
@@ -67,7 +70,14 @@ impl Context {
             created_services: RecentlyCreated::new(BELIEVE_FOR),
             progress: Arc::default(),
             gang: None,
+            leadership: Leadership::always(),
         }
+    }
+
+    /// The same context, reconciling only while `leadership` says this instance leads.
+    pub fn with_leadership(mut self, leadership: Leadership) -> Context {
+        self.leadership = leadership;
+        self
     }
 
     /// The same context, gang-scheduling jobs with these caches.

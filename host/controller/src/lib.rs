@@ -12,6 +12,7 @@ pub mod error;
 pub mod execute;
 pub mod gang;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod progress;
 pub mod recent;
@@ -37,6 +38,7 @@ use tfjob_planner::{PodPolicies, Settings};
 
 pub use context::Context;
 pub use error::Error;
+pub use leader::Leadership;
 
 /// The default of [`Config::stall_after`]: far above any reconcile's API calls under load.
 pub const STALL_AFTER: Duration = Duration::from_secs(300);
@@ -60,6 +62,9 @@ pub struct Config {
     /// Metrics of the operator's other parts (the policies'); the controller adds its own and
     /// serves them all on `metrics_addr`.
     pub metrics: Registry,
+    /// Whether this instance may reconcile ([`Leadership::always`] without leader election).
+    /// A standby keeps its caches filled and reconciles every job when it becomes the leader.
+    pub leadership: Leadership,
 }
 
 /// Runs the controller until `shutdown` resolves, then finishes the reconciles in flight.
@@ -113,7 +118,8 @@ pub async fn run(
         metrics,
         config.settings,
         config.policies,
-    );
+    )
+    .with_leadership(config.leadership.clone());
     let mut group_trigger = None;
     if let Some((caches, stream)) = gang {
         group_trigger = Some((stream, caches.resource.clone()));
@@ -150,6 +156,8 @@ pub async fn run(
         controller = controller.owns_stream_with(stream, resource);
     }
     let controller = controller
+        // A new leader looks at every job: the standby skipped the events it saw.
+        .reconcile_all_on(config.leadership.gains())
         .with_config(ControllerConfig::default().concurrency(config.threads))
         .graceful_shutdown_on(shutdown.clone());
     let job_store = controller.store();

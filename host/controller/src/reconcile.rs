@@ -21,6 +21,11 @@ pub async fn reconcile(
     guard: Arc<DeserializeGuard<TFJob>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    if !ctx.leadership.is_leading() {
+        // A standby: the leader handles the job, and this instance reconciles every job when
+        // it takes over.
+        return Ok(Action::await_change());
+    }
     let started = Instant::now();
     let _running = ctx.progress.begin(started);
     ctx.metrics.reconcile_started();

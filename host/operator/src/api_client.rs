@@ -7,6 +7,7 @@ use http::HeaderValue;
 use http::header::USER_AGENT as USER_AGENT_HEADER;
 use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
+use tfjob_controller::Leadership;
 use tower::util::MapRequestLayer;
 
 use crate::rate_limit::{ApiRate, RateLimitLayer};
@@ -27,4 +28,100 @@ pub fn build(config: Config, rate: Option<ApiRate>) -> Result<Client, kube::Erro
         .with_layer(&name)
         .with_layer(&limit)
         .build())
+}
+
+/// `client` with every write (create, update, patch, delete) refused while `leadership` is
+/// false: the last line of "a standby writes nothing". Reconciles and the policy sync already
+/// skip writing on a standby; this also stops a reconcile that was in flight when leadership
+/// was lost, at its next request. A refused request gets a 503 `Status` saying why, as if the
+/// API server had answered it, so callers handle it like any failed request.
+pub fn write_gated(client: Client, leadership: Leadership) -> Client {
+    let namespace = client.default_namespace().to_owned();
+    let service = tower::service_fn(move |request: http::Request<Body>| {
+        let client = client.clone();
+        let leading = leadership.is_leading();
+        async move {
+            if !leading && is_write(request.method()) {
+                return Ok(not_leader(&request));
+            }
+            client.send(request).await
+        }
+    });
+    Client::new(service, namespace)
+}
+
+fn is_write(method: &http::Method) -> bool {
+    !matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+fn not_leader(request: &http::Request<Body>) -> http::Response<Body> {
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!(
+            "not sent: this tfjob-operator instance is not the leader ({} {})",
+            request.method(),
+            request.uri().path()
+        ),
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    });
+    http::Response::builder()
+        .status(http::StatusCode::SERVICE_UNAVAILABLE)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(status.to_string().into_bytes()))
+        .expect("a static response is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+
+    /// A client whose every request is answered 200 with an empty list, counting requests.
+    fn counting() -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&sent);
+        let service = tower::service_fn(move |_: http::Request<Body>| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#;
+            async move {
+                Ok::<_, std::convert::Infallible>(http::Response::new(Body::from(
+                    body.as_bytes().to_vec(),
+                )))
+            }
+        });
+        (Client::new(service, "default"), sent)
+    }
+
+    #[tokio::test]
+    async fn a_standby_reads_but_sends_no_write() {
+        let (inner, sent) = counting();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let client = write_gated(inner, Leadership::from_receiver(rx));
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        api.get("x").await.expect("reads pass");
+        let cm: ConfigMap = serde_json::from_str(r#"{"metadata":{"name":"x"}}"#).unwrap();
+        let err = api.create(&PostParams::default(), &cm).await.unwrap_err();
+        match err {
+            kube::Error::Api(s) => {
+                assert_eq!(s.code, 503);
+                assert!(s.message.contains("not the leader"), "{}", s.message);
+            }
+            other => panic!("expected a Status, got {other:?}"),
+        }
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Leading again: the write goes out.
+        tx.send_replace(true);
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("leader writes");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 }

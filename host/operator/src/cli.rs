@@ -113,9 +113,41 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub healthz_stall_seconds: u64,
     #[command(flatten)]
+    pub leader: LeaderElectionArgs,
+    #[command(flatten)]
     pub policies: crate::policy_setup::PolicyArgs,
     #[command(flatten)]
     pub sources: crate::policy_setup::PolicySourceArgs,
+}
+
+/// Leader election, with controller-runtime's flag names and defaults.
+#[derive(Debug, Args)]
+pub struct LeaderElectionArgs {
+    /// Run as one of several replicas: only the holder of a coordination.k8s.io Lease
+    /// reconciles; the others stand by with their caches filled and policies compiled.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "tfjob-operator", value_name = "NAME")]
+    pub leader_election_id: String,
+    /// Namespace of the Lease [default: $POD_NAMESPACE, else tfjob-system].
+    #[arg(long, value_name = "NS")]
+    pub leader_election_namespace: Option<String>,
+    /// How long standbys wait, after the Lease last changed, before taking it over (Go
+    /// duration: 15s, 1m).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = go_duration)]
+    pub leader_election_lease_duration: std::time::Duration,
+    /// How long the leader keeps leading while it fails to renew the Lease.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = go_duration)]
+    pub leader_election_renew_deadline: std::time::Duration,
+    /// How often the Lease is renewed, and taken when free.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = go_duration)]
+    pub leader_election_retry_period: std::time::Duration,
+}
+
+/// A Go duration, as controller-runtime's flags take them.
+fn go_duration(value: &str) -> Result<std::time::Duration, String> {
+    tfjob_policy_logic::classify_settings::parse_go_duration(value)
 }
 
 /// A listen address, or none.

@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 
 use crate::operator::OperatorConfig;
 use crate::policy_setup::Policies;
+use tfjob_controller::leader::LeaseConfig;
 
 /// What to start.
 pub struct ClusterOptions {
@@ -53,6 +54,8 @@ pub struct ClusterOptions {
     /// The operator gang-schedules jobs with this scheduler (`up --gang-scheduler-name`), and
     /// the simulated cluster runs it (unless `kubelet.gang_scheduler` names another).
     pub gang_scheduler: Option<GangScheduler>,
+    /// The operator campaigns for this Lease and writes only while it holds it.
+    pub leader_election: Option<LeaseConfig>,
 }
 
 impl ClusterOptions {
@@ -71,6 +74,7 @@ impl ClusterOptions {
             run_operator: true,
             faults: FaultConfig::default(),
             gang_scheduler: None,
+            leader_election: None,
         }
     }
 }
@@ -119,6 +123,7 @@ pub struct EmbeddedCluster {
     cluster_policy_namespaces: BTreeSet<String>,
     trusted_keys: Arc<TrustedKeys>,
     gang_scheduler: Option<GangScheduler>,
+    leader_election: Option<LeaseConfig>,
 }
 
 impl EmbeddedCluster {
@@ -182,6 +187,7 @@ impl EmbeddedCluster {
             cluster_policy_namespaces: options.cluster_policy_namespaces,
             trusted_keys: options.trusted_keys,
             gang_scheduler: options.gang_scheduler,
+            leader_election: options.leader_election,
         };
         if options.run_operator {
             cluster.start_operator();
@@ -246,6 +252,7 @@ impl EmbeddedCluster {
                 gang_scheduler: self.gang_scheduler.clone(),
                 ..Settings::default()
             },
+            leader_election: self.leader_election.clone(),
             ..OperatorConfig::default()
         };
         let client = self.operator_client.clone();

@@ -20,6 +20,9 @@ use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
 use crate::policy_setup::Policies;
+use prometheus_client::metrics::gauge::Gauge;
+use tfjob_controller::Leadership;
+use tfjob_controller::leader::{Elector, LeaseConfig};
 
 /// Longest wait for the policy ConfigMaps before the first reconcile.
 pub const POLICY_WAIT: Duration = Duration::from_secs(30);
@@ -50,6 +53,8 @@ pub struct OperatorConfig {
     pub stall_after: Option<Duration>,
     /// When not empty, a policy ConfigMap loads only with a signature by one of these keys.
     pub trusted_keys: Arc<TrustedKeys>,
+    /// Run as one of several replicas: only the holder of this Lease writes (`--leader-elect`).
+    pub leader_election: Option<LeaseConfig>,
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -61,16 +66,78 @@ pub fn default_policy_namespace() -> String {
         .unwrap_or_else(|| "tfjob-system".to_owned())
 }
 
+/// This process's name in the leader election Lease: the pod's name (`$POD_NAME`, else
+/// `$HOSTNAME`) and a random suffix, so a restarted container never mistakes its
+/// predecessor's claim for its own.
+pub fn instance_identity() -> String {
+    let host = ["POD_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "tfjob-operator".to_owned());
+    format!("{host}_{}", uuid::Uuid::new_v4())
+}
+
 /// Runs the policy sync and the controller until `shutdown` resolves. Each call starts from the
 /// built-in policies, as a freshly started operator process would.
 pub async fn run(
     client: Client,
-    config: OperatorConfig,
+    mut config: OperatorConfig,
     policies: &Policies,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> std::io::Result<()> {
-    let shutdown = shutdown.shared();
     let mut metrics = MetricsRegistry::default();
+    let Some(lease) = config.leader_election.take() else {
+        let leadership = Leadership::always();
+        register_leadership(&mut metrics, &leadership);
+        return serve(client, config, policies, shutdown, leadership, metrics).await;
+    };
+    // The elector writes the Lease with the ungated client; everything else goes through a
+    // client that refuses writes while this instance does not lead.
+    let (elector, leadership) = Elector::new(client.clone(), lease);
+    register_leadership(&mut metrics, &leadership);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let election = tokio::spawn(elector.run(async {
+        let _ = stopped.await;
+    }));
+    let gated = crate::api_client::write_gated(client, leadership.clone());
+    let result = serve(gated, config, policies, shutdown, leadership, metrics).await;
+    // Only now that every reconcile has finished is the lease released for the next leader.
+    let _ = stop.send(());
+    if let Err(e) = election.await {
+        tracing::warn!(error = %e, "the leader election task failed");
+    }
+    result
+}
+
+/// `tfjob_operator_is_leader`: 1 while this instance leads (always, without leader election).
+fn register_leadership(metrics: &mut MetricsRegistry, leadership: &Leadership) {
+    let gauge: Gauge = Gauge::default();
+    metrics.register(
+        "tfjob_operator_is_leader",
+        "Whether this operator instance is the leader (1) or a standby (0)",
+        gauge.clone(),
+    );
+    let mut rx = leadership.receiver();
+    tokio::spawn(async move {
+        loop {
+            gauge.set(i64::from(*rx.borrow_and_update()));
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// The policy sync and the controller, writing only while `leadership` says so.
+async fn serve(
+    client: Client,
+    config: OperatorConfig,
+    policies: &Policies,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    leadership: Leadership,
+    mut metrics: MetricsRegistry,
+) -> std::io::Result<()> {
+    let shutdown = shutdown.shared();
     let registry = Arc::new(Registry::new(PolicySet::with_unavailable(
         policies.builtin.iter().map(Arc::clone),
         Vec::new(),
@@ -108,6 +175,7 @@ pub async fn run(
                     .unwrap_or(tfjob_policy_sync::watch::MAX_PER_NAMESPACE),
                 load_bound: tfjob_policy_sync::watch::LOAD_BOUND,
                 trusted_keys: Arc::clone(&config.trusted_keys),
+                leading: leadership.receiver(),
             },
             SyncMetrics::register(&mut metrics),
         );
@@ -156,6 +224,7 @@ pub async fn run(
         policies: Arc::new(seam),
         instance: config.instance,
         metrics,
+        leadership,
     };
     let result = tfjob_controller::run(client, controller, shutdown).await;
     if let Some(task) = sync_task {

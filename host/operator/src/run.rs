@@ -12,8 +12,10 @@ use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::SandboxLimits;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::RunArgs;
+use crate::cli::{LeaderElectionArgs, RunArgs};
 use crate::policy_setup::Policies;
+use tfjob_controller::leader::LeaseConfig;
+use tfjob_controller::leader::election::Timings;
 use tfjob_operator::operator::OperatorConfig;
 
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
@@ -63,10 +65,34 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_policies_per_namespace: Some(args.sources.max_per_namespace),
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
         trusted_keys: std::sync::Arc::new(trusted_keys),
+        leader_election: lease_config(&args.leader)?,
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await
         .context("running the controller")
+}
+
+/// The Lease to campaign for with `--leader-elect`, or none.
+fn lease_config(args: &LeaderElectionArgs) -> anyhow::Result<Option<LeaseConfig>> {
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    let timings = Timings {
+        lease_duration: args.leader_election_lease_duration,
+        renew_deadline: args.leader_election_renew_deadline,
+        retry_period: args.leader_election_retry_period,
+    };
+    timings.validate()?;
+    Ok(Some(LeaseConfig {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(tfjob_operator::operator::default_policy_namespace),
+        name: args.leader_election_id.clone(),
+        identity: tfjob_operator::operator::instance_identity(),
+        timings,
+    }))
 }
 
 /// The operator's client (named, see `api_client`) for the kubeconfig, holding to `rate`.

@@ -50,6 +50,11 @@ pub struct UpArgs {
     /// `kubectl replace --raw /debug/faults -f FILE`.
     #[arg(long, value_name = "FILE")]
     pub faults: Option<PathBuf>,
+    /// Start the cluster without its operator (CRDs, simulated kubelet and the policies'
+    /// namespace only), to run `tfjob-operator run` processes, one or several, against it
+    /// with the written kubeconfig.
+    #[arg(long, conflicts_with = "demo")]
+    pub no_operator: bool,
     /// Submit the jobs in `deploy/examples/` and show them run to the end, then stop.
     #[arg(long)]
     pub demo: bool,
@@ -100,7 +105,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         policy_namespaces: args.sources.namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         trusted_keys,
-        run_operator: true,
+        run_operator: !args.no_operator,
+        leader_election: None,
         faults,
         gang_scheduler: args
             .gang_scheduler_name
@@ -116,6 +122,12 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         std::fs::canonicalize(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
     println!("Embedded cluster listening on http://{}", cluster.addr());
     println!("export KUBECONFIG={}", kubeconfig.display());
+    if args.no_operator {
+        println!(
+            "No operator runs: start one or several with\n  tfjob-operator run --kubeconfig {} --leader-elect --metrics-bind-address 0 --health-probe-bind-address 0",
+            kubeconfig.display()
+        );
+    }
 
     let client = cluster.client();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

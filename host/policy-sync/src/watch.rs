@@ -48,6 +48,10 @@ pub struct SyncConfig {
     pub max_per_namespace: usize,
     /// Longest wait for one ConfigMap to load (compilation included).
     pub load_bound: std::time::Duration,
+    /// True while this operator instance leads (always, without leader election). A standby
+    /// loads and serves policies like the leader, so a takeover finds them compiled, but
+    /// writes no status annotation or event; it brings them up to date when it takes over.
+    pub leading: watch::Receiver<bool>,
 }
 
 /// The default of [`SyncConfig::max_per_namespace`].
@@ -134,9 +138,17 @@ impl PolicySync {
         let mut events = futures::stream::select_all(streams);
         tokio::pin!(shutdown);
         let mut synced_once = false;
+        let mut leading = self.config.leading.clone();
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
+                // Taking over: write the statuses a standby left alone.
+                Ok(()) = leading.changed(), if synced_once => {
+                    if *leading.borrow_and_update() {
+                        self.sync(&stores).await;
+                    }
+                    continue;
+                }
                 next = events.next() => match next {
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -245,6 +257,9 @@ impl PolicySync {
             self.sources
                 .record(key, print, created, version, attempt, Timestamp::now());
             self.swap();
+        }
+        if !*self.config.leading.borrow() {
+            return;
         }
         for cm in &observed {
             let key = source_key(cm);

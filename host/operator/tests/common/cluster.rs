@@ -1,0 +1,197 @@
+//! The embedded cluster started without its operator, and `tfjob-operator run` processes
+//! against it: what the tests of `run`'s flags and of leader election share.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tfjob_api::TFJob;
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_operator::policy_setup::{Policies, PolicyArgs};
+use tfjob_policy_engine::SandboxLimits;
+
+/// The embedded cluster without its operator.
+pub struct Cluster {
+    pub runtime: tokio::runtime::Runtime,
+    pub cluster: EmbeddedCluster,
+    pub kubeconfig: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Started with `configure` applied to the options (the operator is off whatever it sets).
+    pub fn start(configure: impl FnOnce(&mut ClusterOptions)) -> Cluster {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let policies = Policies::load(&PolicyArgs::default(), SandboxLimits::default()).unwrap();
+        let mut options = ClusterOptions::new(Arc::new(policies));
+        configure(&mut options);
+        options.run_operator = false;
+        let cluster = runtime.block_on(EmbeddedCluster::start(options)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        cluster.write_kubeconfig(&kubeconfig).unwrap();
+        Cluster {
+            runtime,
+            cluster,
+            kubeconfig,
+            _dir: dir,
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        self.cluster.client()
+    }
+
+    /// Submits a TFJob (a full manifest) in its namespace, creating the namespace if needed.
+    pub fn submit_manifest(&self, job: Value) {
+        let job: TFJob = serde_json::from_value(job).unwrap();
+        let namespace = job
+            .metadata
+            .namespace
+            .clone()
+            .expect("the job names its namespace");
+        let jobs: Api<TFJob> = Api::namespaced(self.client(), &namespace);
+        self.runtime.block_on(async {
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client());
+            let ns = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+            let _ = namespaces.create(&PostParams::default(), &ns).await;
+            jobs.create(&PostParams::default(), &job).await.unwrap();
+        });
+    }
+
+    /// Submits a one-worker job in `namespace`.
+    pub fn submit(&self, namespace: &str, name: &str) {
+        self.submit_manifest(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                "containers": [{"name": "tensorflow", "image": "tf:2"}]}}}}}
+        }));
+    }
+
+    /// A job as stored.
+    pub fn job(&self, namespace: &str, name: &str) -> TFJob {
+        let jobs: Api<TFJob> = Api::namespaced(self.client(), namespace);
+        self.runtime.block_on(jobs.get(name)).unwrap()
+    }
+
+    /// The last condition of a job, if it has any.
+    pub fn state(&self, namespace: &str, name: &str) -> Option<String> {
+        let conditions = self.job(namespace, name).status?.conditions;
+        conditions.last().map(|c| format!("{:?}", c.type_))
+    }
+
+    /// Runs the binary against this cluster.
+    pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Operator {
+        Operator(
+            self.command(args, env)
+                .spawn()
+                .expect("tfjob-operator runs"),
+        )
+    }
+
+    /// `tfjob-operator run` against this cluster.
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
+        let mut cmd = super::operator();
+        cmd.arg("run")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .env_remove("KUBEFLOW_NAMESPACE")
+            .env_remove("POD_NAMESPACE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Requests the operator's client made so far.
+    pub fn operator_requests(&self) -> u64 {
+        self.cluster
+            .requests()
+            .snapshot()
+            .agents
+            .iter()
+            .filter(|c| c.agent == "tfjob-operator")
+            .map(|c| c.count)
+            .sum()
+    }
+}
+
+/// The operator process, killed when the test ends.
+pub struct Operator(pub Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback address with a free port.
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The status code and body of `GET path`, or `None` while nothing listens.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    Some((code, body))
+}
+
+/// The status code of `GET path`, or `None` while nothing listens.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    http_get(addr, path).map(|(code, _)| code)
+}
+
+/// The value of the first sample of `metric` (a name with labels, as the text shows it) on
+/// the `/metrics` at `addr`.
+pub fn metric(addr: SocketAddr, metric: &str) -> Option<f64> {
+    let (code, body) = http_get(addr, "/metrics")?;
+    if code != 200 {
+        return None;
+    }
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(metric)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Polls `check` every 100 ms until it gives a value; fails the test after 90 s.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
