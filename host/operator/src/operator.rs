@@ -55,6 +55,20 @@ pub struct OperatorConfig {
     pub trusted_keys: Arc<TrustedKeys>,
     /// Run as one of several replicas: only the holder of this Lease writes (`--leader-elect`).
     pub leader_election: Option<LeaseConfig>,
+    /// The client the Lease is renewed with [default: the operator's]: one outside the
+    /// operator's rate limit, so a busy operator's queue of requests never delays a renewal
+    /// past the renew deadline (client-go gives the election a client of its own too).
+    pub lease_client: Option<LeaseClient>,
+}
+
+/// A client for the leader election alone.
+#[derive(Clone)]
+pub struct LeaseClient(pub Client);
+
+impl std::fmt::Debug for LeaseClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseClient")
+    }
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -93,7 +107,11 @@ pub async fn run(
     };
     // The elector writes the Lease with the ungated client; everything else goes through a
     // client that refuses writes while this instance does not lead.
-    let (elector, leadership) = Elector::new(client.clone(), lease);
+    let lease_client = config
+        .lease_client
+        .take()
+        .map_or_else(|| client.clone(), |c| c.0);
+    let (elector, leadership) = Elector::new(lease_client, lease);
     register_leadership(&mut metrics, &leadership);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let election = tokio::spawn(elector.run(async {

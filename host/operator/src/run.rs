@@ -16,7 +16,7 @@ use crate::cli::{LeaderElectionArgs, RunArgs};
 use crate::policy_setup::Policies;
 use tfjob_controller::leader::LeaseConfig;
 use tfjob_controller::leader::election::Timings;
-use tfjob_operator::operator::OperatorConfig;
+use tfjob_operator::operator::{LeaseClient, OperatorConfig};
 
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
@@ -40,7 +40,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst: NonZeroU32::new(args.kube_api_burst)
             .context("--kube-api-burst must be at least 1")?,
     };
-    let client = rate_limited_client(args.kubeconfig.as_deref(), rate).await?;
+    let kube_config = client_config(args.kubeconfig.as_deref()).await?;
+    let client = tfjob_operator::api_client::build(kube_config.clone(), Some(rate))
+        .context("creating the Kubernetes client")?;
+    let lease_client = tfjob_operator::api_client::build(kube_config, None)
+        .context("creating the Kubernetes client")?;
     let gang_scheduler = args
         .gang_scheduler_name
         .as_deref()
@@ -66,6 +70,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
         trusted_keys: std::sync::Arc::new(trusted_keys),
         leader_election: lease_config(&args.leader)?,
+        lease_client: Some(LeaseClient(lease_client)),
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await
@@ -93,15 +98,6 @@ fn lease_config(args: &LeaderElectionArgs) -> anyhow::Result<Option<LeaseConfig>
         identity: tfjob_operator::operator::instance_identity(),
         timings,
     }))
-}
-
-/// The operator's client (named, see `api_client`) for the kubeconfig, holding to `rate`.
-async fn rate_limited_client(
-    kubeconfig: Option<&std::path::Path>,
-    rate: ApiRate,
-) -> anyhow::Result<Client> {
-    let config = client_config(kubeconfig).await?;
-    tfjob_operator::api_client::build(config, Some(rate)).context("creating the Kubernetes client")
 }
 
 /// Exits early, as training-operator did, when the gang scheduler's PodGroup CRD is not
