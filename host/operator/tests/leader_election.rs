@@ -34,6 +34,16 @@ const LEASE_NAMESPACE: &str = "tfjob-system";
 const LEASE_NAME: &str = "tfjob-operator";
 const NS: &str = "ha";
 
+/// One scenario at a time: each runs two operator processes and asserts how fast one takes
+/// over, which a machine busy with the others' start-up would distort.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One `run --leader-elect` process and its metrics address.
 struct Replica {
     process: Operator,
@@ -161,6 +171,7 @@ fn succeeded(c: &Cluster, names: &[String]) {
 
 #[test]
 fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_duration() {
+    let _serial = serial();
     let c = Cluster::start(|_| {});
     let (leader, standby) = leader_and_standby(&c);
 
@@ -208,6 +219,7 @@ fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_d
 
 #[test]
 fn a_graceful_stop_hands_over_within_two_seconds() {
+    let _serial = serial();
     let c = Cluster::start(|_| {});
     let (leader, standby) = leader_and_standby(&c);
     c.submit(NS, "first");
@@ -225,6 +237,7 @@ fn a_graceful_stop_hands_over_within_two_seconds() {
 
 #[test]
 fn a_leader_whose_lease_is_taken_stops_writing_and_leads_again_once_it_is_free() {
+    let _serial = serial();
     let c = Cluster::start(|_| {});
     let only = Replica::start(&c);
     leader_of(&[&only]);
@@ -302,6 +315,7 @@ fn quiet(args: &[&str], path: &std::path::Path) -> Operator {
 /// `run` process started against the kubeconfig it wrote.
 #[test]
 fn up_without_its_operator_serves_run_processes() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let up = quiet(

@@ -90,10 +90,12 @@ impl Cluster {
         conditions.last().map(|c| format!("{:?}", c.type_))
     }
 
-    /// Runs the binary against this cluster.
+    /// Runs the binary against this cluster. Its output is discarded: a pipe nobody reads
+    /// would block the process once full.
     pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Operator {
         Operator(
             self.command(args, env)
+                .stderr(Stdio::null())
                 .spawn()
                 .expect("tfjob-operator runs"),
         )
