@@ -6,83 +6,16 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Child, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
-use kube::Client;
-use kube::api::{Api, PostParams};
-use serde_json::json;
-use tfjob_api::TFJob;
-use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::{Policies, PolicyArgs};
-use tfjob_planner::gang::GangScheduler;
-use tfjob_policy_engine::SandboxLimits;
+use kube::api::Api;
 
-/// The embedded cluster without its operator, serving Volcano's PodGroups.
-struct Cluster {
-    runtime: tokio::runtime::Runtime,
-    cluster: EmbeddedCluster,
-    kubeconfig: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
+use common::cluster::{Cluster, eventually, free_addr, http_status};
 
 impl Cluster {
-    fn start() -> Cluster {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let policies = Policies::load(&PolicyArgs::default(), SandboxLimits::default()).unwrap();
-        let mut options = ClusterOptions::new(Arc::new(policies));
-        options.run_operator = false;
-        options.gang_scheduler = Some(GangScheduler::Volcano);
-        let cluster = runtime.block_on(EmbeddedCluster::start(options)).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        cluster.write_kubeconfig(&kubeconfig).unwrap();
-        Cluster {
-            runtime,
-            cluster,
-            kubeconfig,
-            _dir: dir,
-        }
-    }
-
-    fn client(&self) -> Client {
-        self.cluster.client()
-    }
-
-    /// Submits a one-worker job in `namespace`.
-    fn submit(&self, namespace: &str, name: &str) {
-        let job: TFJob = serde_json::from_value(json!({
-            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
-                "containers": [{"name": "tensorflow", "image": "tf:2"}]}}}}}
-        }))
-        .unwrap();
-        let jobs: Api<TFJob> = Api::namespaced(self.client(), namespace);
-        self.runtime.block_on(async {
-            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client());
-            let ns = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-            let _ = namespaces.create(&PostParams::default(), &ns).await;
-            jobs.create(&PostParams::default(), &job).await.unwrap();
-        });
-    }
-
-    /// The last condition of a job, if it has any.
-    fn state(&self, namespace: &str, name: &str) -> Option<String> {
-        let jobs: Api<TFJob> = Api::namespaced(self.client(), namespace);
-        let job = self.runtime.block_on(jobs.get(name)).unwrap();
-        let conditions = job.status?.conditions;
-        conditions.last().map(|c| format!("{:?}", c.type_))
-    }
-
     /// Runs the binary against this cluster.
     fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Operator {
         Operator(
@@ -131,35 +64,6 @@ impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// A loopback address with a free port.
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// The status code of `GET path`, or `None` while nothing listens.
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
