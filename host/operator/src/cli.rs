@@ -28,7 +28,7 @@ pub enum Command {
     Crd,
     /// Run the controller against the cluster of the current kubeconfig or in-cluster config.
     #[command(
-        after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --controller-threads 8 --metrics-bind-address 127.0.0.1:9090\n  tfjob-operator run --gang-scheduler-name volcano --health-probe-bind-address :8081"
+        after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --controller-threads 8 --metrics-bind-address 127.0.0.1:9090\n  tfjob-operator run --gang-scheduler-name volcano --health-probe-bind-address :8081\n  tfjob-operator run --config /etc/tfjob/config.yaml"
     )]
     Run(RunArgs),
     /// Start an embedded cluster (API server, CRD, default policies, operator) in this process.
@@ -39,6 +39,9 @@ pub enum Command {
     /// Test, inspect and package policies.
     #[command(subcommand)]
     Policy(crate::policy_cmd::PolicyCommand),
+    /// Configuration files for `run --config`.
+    #[command(subcommand)]
+    Config(crate::config_file::ConfigCommand),
 }
 
 /// Output formats of `render`.
@@ -68,6 +71,11 @@ pub struct RenderArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// YAML file setting any of these flags: keys are their long names, values as on the
+    /// command line (see `tfjob-operator config defaults`). A flag on the command line, or its
+    /// environment variable, wins over the file.
+    #[arg(long = crate::config_file::CONFIG_ID, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Watch only this namespace [default: $KUBEFLOW_NAMESPACE, else all namespaces].
     #[arg(long, env = "KUBEFLOW_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,

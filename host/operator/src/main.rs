@@ -2,6 +2,7 @@
 //! subcommand modules; errors are reported here, at the binary's edge.
 
 mod cli;
+mod config_file;
 mod demo;
 mod policy_cmd;
 mod render;
@@ -10,13 +11,27 @@ mod up;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::CommandFactory as _;
 // The shared modules live in the library; importing them here keeps `crate::...` paths valid.
 use tfjob_operator::{embedded, policy_setup};
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match config_file::parse::<cli::Cli>(std::env::args_os().collect(), "run") {
+        Ok(cli) => cli,
+        Err(config_file::ParseError::Clap(e)) => e.exit(),
+        Err(config_file::ParseError::Config(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
+        cli::Command::Config(config_file::ConfigCommand::Defaults) => {
+            print!(
+                "{}",
+                config_file::run_defaults_yaml(cli::Cli::command(), "run")
+            );
+            ExitCode::SUCCESS
+        }
         cli::Command::Crd => {
             print!("{}", tfjob_api::crd::tfjob_crd_yaml());
             ExitCode::SUCCESS

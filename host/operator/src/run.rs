@@ -28,6 +28,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.config {
+        tracing::info!(file = %path.display(), "flags not given take their values from this file");
+    }
     let limits = SandboxLimits {
         // Room for every concurrent reconcile to evaluate at once.
         concurrency: u32::from(args.threads) * 2,

@@ -20,7 +20,8 @@ pub struct Cluster {
     pub runtime: tokio::runtime::Runtime,
     pub cluster: EmbeddedCluster,
     pub kubeconfig: std::path::PathBuf,
-    _dir: tempfile::TempDir,
+    /// A temporary directory for the test's files (the kubeconfig is written there).
+    pub dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -43,7 +44,7 @@ impl Cluster {
             runtime,
             cluster,
             kubeconfig,
-            _dir: dir,
+            dir,
         }
     }
 
