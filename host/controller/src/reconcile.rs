@@ -15,6 +15,8 @@ use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
 use crate::context::Context;
 use crate::error::Error;
 use crate::execute::{CONFLICT_RETRY, Executed, execute, job_reference};
+use crate::outcome::Outcome;
+use crate::workqueue::QueueKey;
 
 /// Reconciles one TFJob (or reports one that cannot be read).
 pub async fn reconcile(
@@ -23,19 +25,23 @@ pub async fn reconcile(
 ) -> Result<Action, Error> {
     let started = Instant::now();
     let _running = ctx.progress.begin(started);
+    let worker = ctx
+        .metrics
+        .worker(QueueKey::of(kube::Resource::meta(&*guard)));
     ctx.metrics.reconcile_started();
     let result = match &guard.0 {
         Ok(job) => reconcile_job(job, &ctx).await,
         Err(invalid) => {
             report_invalid(invalid, &ctx).await;
-            Ok(Action::await_change())
+            Ok(Outcome::Done)
         }
     };
     ctx.metrics.reconcile_finished(started.elapsed());
-    result
+    worker.finished(&result);
+    result.map(Outcome::into_action)
 }
 
-async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Outcome, Error> {
     let key = job_key(job);
     let uid = job.uid().unwrap_or_default();
     let pods = ctx.pods_of(&uid);
@@ -88,17 +94,17 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
     };
     if let Some(skip) = &plan.skip {
         tracing::debug!(job = %key.1, namespace = %key.0, ?skip, "not reconciling");
-        return Ok(Action::await_change());
+        return Ok(Outcome::Done);
     }
     let requeue = plan.requeue_after;
     match execute(ctx, job, plan).await? {
         Executed::Conflict => {
             tracing::debug!(job = %key.1, namespace = %key.0, "status conflict, retrying");
-            Ok(Action::requeue(CONFLICT_RETRY))
+            Ok(Outcome::Retry(CONFLICT_RETRY))
         }
         Executed::Done => {
             ctx.reset_backoff(&key);
-            Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+            Ok(requeue.map_or(Outcome::Done, Outcome::RecheckAfter))
         }
     }
 }
@@ -149,6 +155,9 @@ pub fn error_policy(
         ),
     };
     let delay = ctx.next_backoff(key.clone());
+    ctx.metrics
+        .queue
+        .retry_after(kube::Resource::meta(&*guard), delay);
     tracing::warn!(namespace = %key.0, job = %key.1, category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

@@ -19,6 +19,7 @@ use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
+use crate::api_metrics::ApiMetrics;
 use crate::policy_setup::Policies;
 
 /// Longest wait for the policy ConfigMaps before the first reconcile.
@@ -50,6 +51,9 @@ pub struct OperatorConfig {
     pub stall_after: Option<Duration>,
     /// When not empty, a policy ConfigMap loads only with a signature by one of these keys.
     pub trusted_keys: Arc<TrustedKeys>,
+    /// The request counters of the client the operator is given (the ones
+    /// [`crate::api_client::build`] counted into), served on `/metrics`.
+    pub api_metrics: ApiMetrics,
 }
 
 /// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
@@ -71,6 +75,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let shutdown = shutdown.shared();
     let mut metrics = MetricsRegistry::default();
+    config.api_metrics.register(&mut metrics);
     let registry = Arc::new(Registry::new(PolicySet::with_unavailable(
         policies.builtin.iter().map(Arc::clone),
         Vec::new(),

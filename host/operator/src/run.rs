@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tfjob_operator::api_metrics::ApiMetrics;
 use tfjob_operator::rate_limit::ApiRate;
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
@@ -38,7 +39,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst: NonZeroU32::new(args.kube_api_burst)
             .context("--kube-api-burst must be at least 1")?,
     };
-    let client = rate_limited_client(args.kubeconfig.as_deref(), rate).await?;
+    let api_metrics = ApiMetrics::default();
+    let client = rate_limited_client(args.kubeconfig.as_deref(), rate, &api_metrics).await?;
     let gang_scheduler = args
         .gang_scheduler_name
         .as_deref()
@@ -63,19 +65,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_policies_per_namespace: Some(args.sources.max_per_namespace),
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
         trusted_keys: std::sync::Arc::new(trusted_keys),
+        api_metrics,
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await
         .context("running the controller")
 }
 
-/// The operator's client (named, see `api_client`) for the kubeconfig, holding to `rate`.
+/// The operator's client (named, see `api_client`) for the kubeconfig, holding to `rate` and
+/// counted in `metrics`.
 async fn rate_limited_client(
     kubeconfig: Option<&std::path::Path>,
     rate: ApiRate,
+    metrics: &ApiMetrics,
 ) -> anyhow::Result<Client> {
     let config = client_config(kubeconfig).await?;
-    tfjob_operator::api_client::build(config, Some(rate)).context("creating the Kubernetes client")
+    tfjob_operator::api_client::build(config, Some(rate), metrics)
+        .context("creating the Kubernetes client")
 }
 
 /// Exits early, as training-operator did, when the gang scheduler's PodGroup CRD is not

@@ -6,12 +6,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{Killed, eventually, free_addr};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -84,8 +84,8 @@ impl Cluster {
     }
 
     /// Runs the binary against this cluster.
-    fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Operator {
-        Operator(
+    fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Killed {
+        Killed(
             self.command(args, env)
                 .spawn()
                 .expect("tfjob-operator runs"),
@@ -124,43 +124,9 @@ impl Cluster {
     }
 }
 
-/// The operator process, killed when the test ends.
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback address with a free port.
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// The status code of `GET path`, or `None` while nothing listens.
 fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::http_get(addr, path).map(|(status, _)| status)
 }
 
 /// The operator runs with `args`: metrics on the address given by `metrics_flag`, probes on
