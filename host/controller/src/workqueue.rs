@@ -37,6 +37,10 @@ use tfjob_api::TFJob;
 
 use crate::runtime_metrics::CONTROLLER;
 
+/// One item of the TFJob controller's output stream.
+type ControllerResult<E1, E2> =
+    Result<(ObjectRef<DeserializeGuard<TFJob>>, Action), ControllerError<E1, E2>>;
+
 /// Which job a request is for: kube-runtime tells requests apart by namespace and name alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueKey {
@@ -289,10 +293,7 @@ impl WorkQueue {
 
     /// Looks at one result of the controller's stream: a request whose job is no longer in the
     /// cache was dropped without a reconcile.
-    pub fn settle<E1, E2>(
-        &self,
-        result: &Result<(ObjectRef<DeserializeGuard<TFJob>>, Action), ControllerError<E1, E2>>,
-    ) {
+    pub fn settle<E1, E2>(&self, result: &ControllerResult<E1, E2>) {
         if let Err(ControllerError::ObjectNotFound(job)) = result {
             self.model().forget(&QueueKey::from_ref(job.as_ref()));
         }
