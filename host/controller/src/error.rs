@@ -33,6 +33,9 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value [`Error::category`] takes.
+    pub const CATEGORIES: [&'static str; 3] = ["api", "policy", "internal"];
+
     /// Metric label and event wording: `api`, `policy` or `internal`.
     pub fn category(&self) -> &'static str {
         match self {

@@ -4,8 +4,10 @@
 //! feed both the controller's triggers and the planner's view of each job's objects (and, with a
 //! gang scheduler, of its PodGroup: [`gang`]); every
 //! reconcile runs the pure planner ([`tfjob_planner`]) and executes its plan ([`execute`]).
-//! Also the Prometheus metrics and the health endpoint. The operator does not know whether it
-//! talks to a real cluster or to the embedded one; it only needs a `kube::Client`.
+//! Also the Prometheus metrics (training-operator's, this operator's, and the standard ones of
+//! controller-runtime, client-go's work queue and the process) and the health endpoint. The
+//! operator does not know whether it talks to a real cluster or to the embedded one; it only
+//! needs a `kube::Client`.
 
 pub mod context;
 pub mod error;
@@ -14,9 +16,13 @@ pub mod gang;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod outcome;
+pub mod process;
 pub mod progress;
 pub mod recent;
 pub mod reconcile;
+pub mod runtime_metrics;
+pub mod workqueue;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,6 +106,9 @@ pub async fn run(
 
     let mut registry = config.metrics;
     let metrics = metrics::Metrics::register(&mut registry);
+    metrics.runtime.set_max_concurrent(config.threads);
+    process::register(&mut registry);
+    let queue = metrics.queue.clone();
     let ready = Arc::new(AtomicBool::new(false));
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),
@@ -148,12 +157,19 @@ pub async fn run(
         )));
     }
 
-    let mut controller = Controller::new(jobs, watcher::Config::default().any_semantic())
-        .owns_stream(pod_stream)
-        .owns_stream(service_stream);
+    // What `Controller::new` builds, with every trigger stream passing the work queue metrics.
+    let (job_reader, job_writer) = reflector::store();
+    let job_stream = reflector(
+        job_writer,
+        watcher(jobs, watcher::Config::default().any_semantic()),
+    )
+    .applied_objects();
+    let mut controller = Controller::for_stream(queue.job_triggers(job_stream), job_reader)
+        .owns_stream(queue.owner_triggers(pod_stream))
+        .owns_stream(queue.owner_triggers(service_stream));
     if let Some((stream, resource)) = group_trigger {
         // A PodGroup's phase change (Volcano admitting it) wakes its job.
-        controller = controller.owns_stream_with(stream, resource);
+        controller = controller.owns_stream_with(queue.owner_triggers(stream), resource);
     }
     let controller = controller
         // A new leader looks at every job: the standby skipped the events it saw.
@@ -189,9 +205,12 @@ pub async fn run(
     );
     controller
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "controller event");
+        .for_each(|result| {
+            queue.settle(&result);
+            async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "controller event");
+                }
             }
         })
         .await;

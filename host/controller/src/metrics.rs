@@ -1,7 +1,9 @@
 //! Prometheus metrics: training-operator's job and PodGroup counters plus the controller's own
-//! reconcile count, errors by category and duration.
+//! reconcile count, errors by category and duration; and the standard controller metrics of
+//! controller-runtime ([`crate::runtime_metrics`]) and client-go's work queue
+//! ([`crate::workqueue`]), updated together by a [`Worker`] per reconcile.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +11,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tfjob_planner::Transition;
+
+use crate::outcome::Outcome;
+use crate::runtime_metrics::{ReconcileResult, RuntimeMetrics};
+use crate::workqueue::{QueueKey, WorkQueue};
 
 /// Labels of the job counters, as training-operator named them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,6 +42,10 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     pod_groups_created: Counter,
     pod_groups_deleted: Counter,
+    /// controller-runtime's controller metrics.
+    pub runtime: RuntimeMetrics,
+    /// client-go's work queue metrics, replayed from the controller's events.
+    pub queue: WorkQueue,
 }
 
 impl Metrics {
@@ -52,7 +62,14 @@ impl Metrics {
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             pod_groups_created: Counter::default(),
             pod_groups_deleted: Counter::default(),
+            runtime: RuntimeMetrics::register(registry),
+            queue: WorkQueue::register(registry),
         };
+        // Every category is served from the start, at zero, so an error rate is 0 rather than
+        // missing while nothing fails.
+        for category in crate::error::Error::CATEGORIES {
+            m.reconcile_failed_by(category, 0);
+        }
         // prometheus-client appends `_total` to counters.
         for (name, help, family) in [
             (
@@ -129,11 +146,29 @@ impl Metrics {
     }
 
     pub fn reconcile_failed(&self, category: &str) {
+        self.reconcile_failed_by(category, 1);
+    }
+
+    fn reconcile_failed_by(&self, category: &str, n: u64) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels {
                 category: category.to_owned(),
             })
-            .inc();
+            .inc_by(n);
+    }
+
+    /// A reconcile of the job with `key` starts: counted as an active worker, its request leaves
+    /// the queue.
+    pub fn worker(&self, key: QueueKey) -> Worker<'_> {
+        let started = Instant::now();
+        self.runtime.worker_started();
+        self.queue.started(key.clone(), started);
+        Worker {
+            metrics: self,
+            key,
+            started,
+            finished: false,
+        }
     }
 
     /// Counts a job transition the planner reported.
@@ -151,6 +186,47 @@ impl Metrics {
                 framework: "tensorflow".to_owned(),
             })
             .inc();
+    }
+}
+
+/// A reconcile in flight, for the standard metrics. [`Worker::finished`] counts its result; a
+/// reconcile dropped before it finished (the controller aborted) only leaves the worker count.
+#[must_use = "the reconcile counts as running only while this lives"]
+pub struct Worker<'a> {
+    metrics: &'a Metrics,
+    key: QueueKey,
+    started: Instant,
+    finished: bool,
+}
+
+impl Worker<'_> {
+    /// The reconcile ended with `result`: counted by controller-runtime's result, timed, and its
+    /// requeue scheduled in the queue (an error's retry is the error policy's to schedule).
+    pub fn finished<E>(mut self, result: &Result<Outcome, E>) {
+        let now = Instant::now();
+        let result_label = ReconcileResult::of(result);
+        self.metrics.runtime.reconciled(
+            result_label,
+            now.saturating_duration_since(self.started).as_secs_f64(),
+        );
+        let requeue = match result {
+            Ok(outcome) => outcome
+                .requeue()
+                .map(|after| (after, result_label == ReconcileResult::Requeue)),
+            Err(_) => None,
+        };
+        self.metrics.queue.finished(&self.key, requeue, now);
+        self.metrics.runtime.worker_stopped();
+        self.finished = true;
+    }
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.metrics.runtime.worker_stopped();
+            self.metrics.queue.finished(&self.key, None, Instant::now());
+        }
     }
 }
 
@@ -178,6 +254,10 @@ mod tests {
             r#"training_operator_jobs_restarted_total{job_namespace="ml",framework="tensorflow"} 2"#
         ));
         assert!(text.contains(r#"tfjob_operator_reconcile_errors_total{category="api"} 1"#));
+        assert!(
+            text.contains(r#"tfjob_operator_reconcile_errors_total{category="policy"} 0"#),
+            "every category is served from the start"
+        );
         assert!(text.contains("tfjob_operator_reconcile_duration_seconds_bucket"));
     }
 }

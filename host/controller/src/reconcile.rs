@@ -15,15 +15,21 @@ use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
 use crate::context::Context;
 use crate::error::Error;
 use crate::execute::{CONFLICT_RETRY, Executed, execute, job_reference};
+use crate::outcome::Outcome;
+use crate::workqueue::QueueKey;
 
 /// Reconciles one TFJob (or reports one that cannot be read).
 pub async fn reconcile(
     guard: Arc<DeserializeGuard<TFJob>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    let worker = ctx
+        .metrics
+        .worker(QueueKey::of(kube::Resource::meta(&*guard)));
     if !ctx.leadership.is_leading() {
         // A standby: the leader handles the job, and this instance reconciles every job when
-        // it takes over.
+        // it takes over. The request leaves the work queue (the worker dropped unfinished)
+        // without counting as a reconcile.
         return Ok(Action::await_change());
     }
     let started = Instant::now();
@@ -33,14 +39,15 @@ pub async fn reconcile(
         Ok(job) => reconcile_job(job, &ctx).await,
         Err(invalid) => {
             report_invalid(invalid, &ctx).await;
-            Ok(Action::await_change())
+            Ok(Outcome::Done)
         }
     };
     ctx.metrics.reconcile_finished(started.elapsed());
-    result
+    worker.finished(&result);
+    result.map(Outcome::into_action)
 }
 
-async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Outcome, Error> {
     let key = job_key(job);
     let uid = job.uid().unwrap_or_default();
     let pods = ctx.pods_of(&uid);
@@ -93,17 +100,17 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Action, Error>
     };
     if let Some(skip) = &plan.skip {
         tracing::debug!(job = %key.1, namespace = %key.0, ?skip, "not reconciling");
-        return Ok(Action::await_change());
+        return Ok(Outcome::Done);
     }
     let requeue = plan.requeue_after;
     match execute(ctx, job, plan).await? {
         Executed::Conflict => {
             tracing::debug!(job = %key.1, namespace = %key.0, "status conflict, retrying");
-            Ok(Action::requeue(CONFLICT_RETRY))
+            Ok(Outcome::Retry(CONFLICT_RETRY))
         }
         Executed::Done => {
             ctx.reset_backoff(&key);
-            Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+            Ok(requeue.map_or(Outcome::Done, Outcome::RecheckAfter))
         }
     }
 }
@@ -154,6 +161,9 @@ pub fn error_policy(
         ),
     };
     let delay = ctx.next_backoff(key.clone());
+    ctx.metrics
+        .queue
+        .retry_after(kube::Resource::meta(&*guard), delay);
     tracing::warn!(namespace = %key.0, job = %key.1, category = error.category(), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

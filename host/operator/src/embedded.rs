@@ -24,6 +24,7 @@ use tfjob_policy_engine::signature::TrustedKeys;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::api_metrics::ApiMetrics;
 use crate::operator::OperatorConfig;
 use crate::policy_setup::Policies;
 use tfjob_controller::leader::LeaseConfig;
@@ -114,6 +115,8 @@ pub struct EmbeddedCluster {
     client: Client,
     /// The operator's own client (user agent `tfjob-operator/...`).
     operator_client: Client,
+    /// Its request counters, served by every operator started here.
+    api_metrics: ApiMetrics,
     kubelet: JoinHandle<()>,
     server: RunningServer,
     operator: Option<Operator>,
@@ -163,7 +166,8 @@ impl EmbeddedCluster {
         let config = Config::new(url);
         let client = Client::try_from(config.clone())?;
         // The operator has a client of its own, named, so requests are told apart by agent.
-        let operator_client = crate::api_client::build(config, None)?;
+        let api_metrics = ApiMetrics::default();
+        let operator_client = crate::api_client::build(config, None, &api_metrics)?;
         let mut kubelet_config = options.kubelet;
         // The cluster simulates the scheduler the operator groups jobs for (and serves its
         // PodGroup CRD), unless the kubelet configuration names one itself.
@@ -178,6 +182,7 @@ impl EmbeddedCluster {
             addr,
             client,
             operator_client,
+            api_metrics,
             kubelet,
             server,
             operator: None,
@@ -253,6 +258,7 @@ impl EmbeddedCluster {
                 ..Settings::default()
             },
             leader_election: self.leader_election.clone(),
+            api_metrics: self.api_metrics.clone(),
             ..OperatorConfig::default()
         };
         let client = self.operator_client.clone();

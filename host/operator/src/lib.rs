@@ -4,9 +4,10 @@
 //! [`embedded`] starts a whole cluster in one process (API server, simulated kubelet, CRD with
 //! admission, policies and the operator), as `tfjob-operator up` and the test suites use it;
 //! [`api_client`] builds the operator's named API client, held by [`rate_limit`] to
-//! `--kube-api-qps`/`--kube-api-burst`.
+//! `--kube-api-qps`/`--kube-api-burst` and counted by [`api_metrics`].
 
 pub mod api_client;
+pub mod api_metrics;
 pub mod embedded;
 pub mod operator;
 pub mod policy_setup;

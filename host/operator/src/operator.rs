@@ -19,6 +19,7 @@ use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
+use crate::api_metrics::ApiMetrics;
 use crate::policy_setup::Policies;
 use prometheus_client::metrics::gauge::Gauge;
 use tfjob_controller::Leadership;
@@ -59,6 +60,9 @@ pub struct OperatorConfig {
     /// operator's rate limit, so a busy operator's queue of requests never delays a renewal
     /// past the renew deadline (client-go gives the election a client of its own too).
     pub lease_client: Option<LeaseClient>,
+    /// The request counters of the client the operator is given (the ones
+    /// [`crate::api_client::build`] counted into), served on `/metrics`.
+    pub api_metrics: ApiMetrics,
 }
 
 /// A client for the leader election alone.
@@ -100,6 +104,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> std::io::Result<()> {
     let mut metrics = MetricsRegistry::default();
+    config.api_metrics.register(&mut metrics);
     let Some(lease) = config.leader_election.take() else {
         let leadership = Leadership::always();
         register_leadership(&mut metrics, &leadership);

@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tfjob_operator::api_metrics::ApiMetrics;
 use tfjob_operator::rate_limit::ApiRate;
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
@@ -43,10 +44,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst: NonZeroU32::new(args.kube_api_burst)
             .context("--kube-api-burst must be at least 1")?,
     };
+    let api_metrics = ApiMetrics::default();
     let kube_config = client_config(args.kubeconfig.as_deref()).await?;
-    let client = tfjob_operator::api_client::build(kube_config.clone(), Some(rate))
+    let client = tfjob_operator::api_client::build(kube_config.clone(), Some(rate), &api_metrics)
         .context("creating the Kubernetes client")?;
-    let lease_client = tfjob_operator::api_client::build(kube_config, None)
+    // The Lease's requests are counted with the rest, but held to no rate limit.
+    let lease_client = tfjob_operator::api_client::build(kube_config, None, &api_metrics)
         .context("creating the Kubernetes client")?;
     let gang_scheduler = args
         .gang_scheduler_name
@@ -74,6 +77,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         trusted_keys: std::sync::Arc::new(trusted_keys),
         leader_election: lease_config(&args.leader)?,
         lease_client: Some(LeaseClient(lease_client)),
+        api_metrics,
     };
     tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
         .await

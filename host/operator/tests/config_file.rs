@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, eventually, free_addr, http_status};
+use common::cluster::{Cluster, http_status};
+use common::{eventually, free_addr};
 use common::{expect_failure, expect_success, text};
 
 const STARTUP: &str = "starting TFJob controller";

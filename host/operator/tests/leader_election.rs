@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use common::cluster::{Cluster, Operator, eventually, free_addr, http_status, metric};
+use common::cluster::{Cluster, http_status, metric};
+use common::{Killed, eventually, free_addr};
 
 /// Short timings, so a test waits seconds rather than controller-runtime's 15.
 const LEASE: Duration = Duration::from_secs(3);
@@ -46,7 +47,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// One `run --leader-elect` process and its metrics address.
 struct Replica {
-    process: Operator,
+    process: Killed,
     metrics: SocketAddr,
 }
 
@@ -296,8 +297,8 @@ fn a_leader_whose_lease_is_taken_stops_writing_and_leads_again_once_it_is_free()
 }
 
 /// The binary with `args` and then `path`, its output discarded.
-fn quiet(args: &[&str], path: &std::path::Path) -> Operator {
-    Operator(
+fn quiet(args: &[&str], path: &std::path::Path) -> Killed {
+    Killed(
         common::operator()
             .args(args)
             .arg(path)

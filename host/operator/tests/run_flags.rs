@@ -13,7 +13,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::Api;
 use tfjob_planner::gang::GangScheduler;
 
-use common::cluster::{Cluster, eventually, free_addr, http_status};
+use common::cluster::{Cluster, http_status};
+use common::{eventually, free_addr};
 
 /// The embedded cluster without its operator, serving Volcano's PodGroups.
 fn volcano_cluster() -> Cluster {

@@ -1,11 +1,9 @@
 //! The embedded cluster started without its operator, and `tfjob-operator run` processes
 //! against it: what the tests of `run`'s flags and of leader election share.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -14,6 +12,8 @@ use tfjob_api::TFJob;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_operator::policy_setup::{Policies, PolicyArgs};
 use tfjob_policy_engine::SandboxLimits;
+
+use super::{Killed, http_get};
 
 /// The embedded cluster without its operator.
 pub struct Cluster {
@@ -93,8 +93,8 @@ impl Cluster {
 
     /// Runs the binary against this cluster. Its output is discarded: a pipe nobody reads
     /// would block the process once full.
-    pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Operator {
-        Operator(
+    pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Killed {
+        Killed(
             self.command(args, env)
                 .stderr(Stdio::null())
                 .spawn()
@@ -134,38 +134,6 @@ impl Cluster {
     }
 }
 
-/// The operator process, killed when the test ends.
-pub struct Operator(pub Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback address with a free port.
-pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// The status code and body of `GET path`, or `None` while nothing listens.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    Some((code, body))
-}
-
 /// The status code of `GET path`, or `None` while nothing listens.
 pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     http_get(addr, path).map(|(code, _)| code)
@@ -185,16 +153,4 @@ pub fn metric(addr: SocketAddr, metric: &str) -> Option<f64> {
             .parse()
             .ok()
     })
-}
-
-/// Polls `check` every 100 ms until it gives a value; fails the test after 90 s.
-pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

@@ -139,3 +139,48 @@ pub fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
     std::fs::write(&path, contents).expect("writing a temp file");
     path.to_str().expect("UTF-8 path").to_owned()
 }
+
+/// A loopback address with a free port.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The status code and body of `GET path` at `addr`, or `None` while nothing listens there.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body)
+        .to_owned();
+    Some((status, body))
+}
+
+/// A child process (the operator), killed when the test ends.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`; fails after 90 s naming `what`.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
