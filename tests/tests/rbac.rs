@@ -1,11 +1,15 @@
-//! The RBAC of `deploy/operator/rbac.yaml` covers everything the operator does. The operator runs
-//! on the embedded cluster (which counts every request by client, verb, API group and
-//! resource) through jobs that make it use every kind of request it has: creating and deleting
-//! pods and services, restarts, suspension, the TTL deletion of a job, status writes, events
-//! and their series, gang scheduling (PodGroups created, updated and deleted, priority classes
-//! read) and a policy ConfigMap whose status annotation it writes. Every request of the
-//! operator's client must be allowed by a rule of the checked-in ClusterRole or Role; a rule
-//! removed from the file, or a new kind of request without one, fails this test.
+//! `deploy/operator/rbac.yaml` is exactly what the operator needs, proven on an API server that
+//! enforces RBAC. The embedded cluster authorizes every request (`ClusterOptions::authorize`);
+//! `deploy/overlays/standalone/namespace.yaml` and `rbac.yaml` are applied as the administrator, a token
+//! is minted for the service account they bind, and the operator runs with a kubeconfig for
+//! that token through jobs that make it use every kind of request it has: creating and
+//! deleting pods and services (whose owner references block the job's deletion, so the job's
+//! `finalizers` are checked too), restarts, suspension, the TTL deletion of a job, status
+//! writes, events and their series, gang scheduling (PodGroups created, updated and deleted,
+//! priority classes read) and a policy ConfigMap whose status annotation it writes. Not one
+//! request may be refused. Then each rule of the file is removed in turn, and the operator must
+//! be refused something that rule allows: a rule nothing needs fails the test as surely as a
+//! missing one. Rules added to the file later are picked up by both.
 
 mod common;
 
@@ -13,53 +17,76 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
-use tfjob_operator::embedded::ClusterOptions;
+use tfjob_cluster::rbac::{Attributes, PolicyRule, ResourceAttributes};
+use tfjob_cluster::requests::Denial;
+use tfjob_controller::leader::LeaseConfig;
+use tfjob_controller::leader::election::Timings;
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_planner::gang::GangScheduler;
 
 use common::kubectl::repo;
-use common::{IMAGE, ensure_namespace, is_true, poll};
+use common::{Background, IMAGE, ensure_namespace, is_true, poll};
 
 const NS: &str = "rbac";
 const WAIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(100);
+/// The service account `deploy/operator/rbac.yaml` binds its roles to.
+const ACCOUNT: (&str, &str) = ("tfjob-system", "tfjob-operator");
 
-/// One rule of a Role or ClusterRole.
-struct Rule {
-    groups: Vec<String>,
-    resources: Vec<String>,
-    verbs: Vec<String>,
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("reading {path}: {e}"))
 }
 
-impl Rule {
-    fn allows(&self, verb: &str, group: &str, resource: &str) -> bool {
-        let has = |list: &[String], item: &str| list.iter().any(|x| x == item || x == "*");
-        has(&self.groups, group) && has(&self.resources, resource) && has(&self.verbs, verb)
-    }
-}
-
-/// The rules of every Role and ClusterRole in the operator's RBAC file.
-fn deployed_rules() -> Vec<Rule> {
-    let text = std::fs::read_to_string(repo("deploy/operator/rbac.yaml")).unwrap();
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_owned))
-            .collect()
-    };
-    text.split("\n---")
+/// The documents of the operator's RBAC file.
+fn deployed_documents() -> Vec<Value> {
+    read("deploy/operator/rbac.yaml")
+        .split("\n---")
         .map(|doc| serde_yaml_ng::from_str::<Value>(doc).unwrap())
-        .filter(|doc| matches!(doc["kind"].as_str(), Some("Role" | "ClusterRole")))
-        .flat_map(|doc| doc["rules"].as_array().cloned().unwrap_or_default())
-        .map(|rule| Rule {
-            groups: strings(&rule["apiGroups"]),
-            resources: strings(&rule["resources"]),
-            verbs: strings(&rule["verbs"]),
-        })
+        .filter(|doc| !doc.is_null())
         .collect()
+}
+
+fn to_yaml(documents: &[Value]) -> String {
+    documents
+        .iter()
+        .map(|d| serde_yaml_ng::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// A cluster that authorizes, with deploy/'s namespace and `rbac` applied and the operator
+/// running as deploy/'s service account.
+fn start(rbac: &str) -> Background {
+    let mut options = ClusterOptions::new(common::default_policies());
+    options.kubelet = common::roomy_kubelet();
+    options.gang_scheduler = Some(GangScheduler::Volcano);
+    options.authorize = true;
+    options.run_operator = false;
+    // With leader election, as deploy/ runs it: the Lease rules are exercised too.
+    options.leader_election = Some(LeaseConfig {
+        namespace: "tfjob-system".to_owned(),
+        name: "tfjob-operator".to_owned(),
+        identity: "rbac-test".to_owned(),
+        timings: Timings::default(),
+    });
+    let mut background = Background::start(options);
+    let cluster = &mut background.cluster;
+    cluster
+        .apply_manifests(&read("deploy/overlays/standalone/namespace.yaml"))
+        .unwrap();
+    cluster.apply_manifests(rbac).unwrap();
+    background
+        .runtime
+        .block_on(cluster.run_operator_as(ACCOUNT.0, ACCOUNT.1))
+        .unwrap();
+    let _entered = background.runtime.enter();
+    cluster.start_operator();
+    drop(_entered);
+    background
 }
 
 fn job(name: &str, spec: Value) -> TFJob {
@@ -78,115 +105,136 @@ fn worker(replicas: i32, policy: &str, annotations: Value) -> Value {
                                  "resources": {"requests": {"cpu": "1"}}}]}}})
 }
 
-#[test]
-fn every_request_the_operator_makes_is_allowed_by_the_deployed_rbac() {
-    let mut options = ClusterOptions::new(common::default_policies());
-    options.kubelet = common::roomy_kubelet();
-    options.gang_scheduler = Some(GangScheduler::Volcano);
-    let background = common::Background::start(options);
-    let cluster = &background.cluster;
-    let client = cluster.client();
-
-    background.runtime.block_on(async {
-        ensure_namespace(&client, NS).await;
-        ensure_namespace(&client, "tfjob-system").await;
-        let jobs: Api<TFJob> = Api::namespaced(client.clone(), NS);
-        let create = |j: TFJob| {
-            let jobs = jobs.clone();
-            async move { jobs.create(&PostParams::default(), &j).await.unwrap() }
-        };
-        // A restart (a pod deleted and recreated), then success; deleted by its TTL.
-        create(job(
-            "retry",
-            json!({"runPolicy": {"ttlSecondsAfterFinished": 0},
-                   "tfReplicaSpecs": {"Worker": worker(1, "ExitCode", json!({
-                       "sim.tfjob.dev/duration": "1s",
-                       "sim.tfjob.dev/exit-code": "1=137,*=0",
-                       "sim.tfjob.dev/fail-times": "1"}))}}),
-        ))
-        .await;
-        // Runs long enough to be suspended, and to have its minAvailable edited first.
-        create(job(
-            "long",
-            json!({"tfReplicaSpecs": {"Worker": worker(2, "Never", json!({
-                "sim.tfjob.dev/duration": "600s"}))}}),
-        ))
-        .await;
-        // A policy ConfigMap the operator must read and annotate (its content is refused).
-        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "tfjob-system");
-        let cm: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "not-a-policy", "labels": {"policy.tfjob.dev/policy": "true"}},
-            "data": {"policy.yaml": "this is not a manifest"}
-        }))
+/// Drives the operator through every kind of request it makes, as the administrator.
+async fn scenario(cluster: &EmbeddedCluster, client: &Client) {
+    ensure_namespace(client, NS).await;
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), NS);
+    let create = |j: TFJob| {
+        let jobs = jobs.clone();
+        async move { jobs.create(&PostParams::default(), &j).await.unwrap() }
+    };
+    // A restart (a pod deleted and recreated), then success; deleted by its TTL.
+    create(job(
+        "retry",
+        json!({"runPolicy": {"ttlSecondsAfterFinished": 0},
+               "tfReplicaSpecs": {"Worker": worker(1, "ExitCode", json!({
+                   "sim.tfjob.dev/duration": "1s",
+                   "sim.tfjob.dev/exit-code": "1=137,*=0",
+                   "sim.tfjob.dev/fail-times": "1"}))}}),
+    ))
+    .await;
+    // Runs long enough to be suspended, and to have its minAvailable edited first.
+    create(job(
+        "long",
+        json!({"tfReplicaSpecs": {"Worker": worker(2, "Never", json!({
+            "sim.tfjob.dev/duration": "600s"}))}}),
+    ))
+    .await;
+    // A policy ConfigMap the operator must read and annotate (its content is refused).
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ACCOUNT.0);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "not-a-policy", "labels": {"policy.tfjob.dev/policy": "true"}},
+        "data": {"policy.yaml": "this is not a manifest"}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
         .unwrap();
-        configmaps
-            .create(&PostParams::default(), &cm)
+
+    poll(WAIT, POLL, || async {
+        let long = jobs.get("long").await.unwrap();
+        if is_true(&long, tfjob_api::JobConditionType::Running) {
+            Ok(())
+        } else {
+            Err("long is not running")
+        }
+    })
+    .await
+    .unwrap();
+    let patch = |spec: Value| {
+        let jobs = jobs.clone();
+        async move {
+            jobs.patch(
+                "long",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
             .await
             .unwrap();
+        }
+    };
+    patch(json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}})).await;
+    let requests = cluster.requests();
+    poll(WAIT, POLL, || async {
+        let updated = requests.snapshot().agents.iter().any(|c| {
+            c.agent == "tfjob-operator" && c.resource == "podgroups" && c.verb.as_str() == "update"
+        });
+        updated.then_some(()).ok_or("the PodGroup was not updated")
+    })
+    .await
+    .unwrap();
+    patch(json!({"runPolicy": {"suspend": true}})).await;
 
-        poll(WAIT, POLL, || async {
-            let long = jobs.get("long").await.unwrap();
-            if is_true(&long, tfjob_api::JobConditionType::Running) {
-                Ok(())
-            } else {
-                Err("long is not running")
-            }
-        })
-        .await
-        .unwrap();
-        let patch = |spec: Value| {
-            let jobs = jobs.clone();
-            async move {
-                jobs.patch(
-                    "long",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": spec})),
-                )
-                .await
-                .unwrap();
-            }
-        };
-        patch(json!({"runPolicy": {"schedulingPolicy": {"minAvailable": 1}}})).await;
-        let groups = cluster.requests();
-        poll(WAIT, POLL, || async {
-            let updated = groups.snapshot().agents.iter().any(|c| {
-                c.agent == "tfjob-operator"
-                    && c.resource == "podgroups"
-                    && c.verb.as_str() == "update"
-            });
-            updated.then_some(()).ok_or("the PodGroup was not updated")
-        })
-        .await
-        .unwrap();
-        patch(json!({"runPolicy": {"suspend": true}})).await;
+    // The retry job ran, restarted, succeeded and was deleted by its TTL; the suspended job
+    // lost its pods; the ConfigMap got its status.
+    poll(WAIT, POLL, || async {
+        let gone = matches!(jobs.get("retry").await, Err(kube::Error::Api(s)) if s.is_not_found());
+        let cm = configmaps.get("not-a-policy").await.unwrap();
+        let annotated = cm
+            .metadata
+            .annotations
+            .is_some_and(|a| a.contains_key("policy.tfjob.dev/status"));
+        let long = jobs.get("long").await.unwrap();
+        let suspended = is_true(&long, tfjob_api::JobConditionType::Suspended);
+        if gone && annotated && suspended {
+            Ok(())
+        } else {
+            Err(format!(
+                "retry deleted {gone}, annotated {annotated}, suspended {suspended}"
+            ))
+        }
+    })
+    .await
+    .unwrap();
+}
 
-        // The retry job ran, restarted, succeeded and was deleted by its TTL; the suspended job
-        // lost its pods; the ConfigMap got its status.
-        poll(WAIT, POLL, || async {
-            let gone =
-                matches!(jobs.get("retry").await, Err(kube::Error::Api(s)) if s.is_not_found());
-            let cm = configmaps.get("not-a-policy").await.unwrap();
-            let annotated = cm
-                .metadata
-                .annotations
-                .is_some_and(|a| a.contains_key("policy.tfjob.dev/status"));
-            let long = jobs.get("long").await.unwrap();
-            let suspended = is_true(&long, tfjob_api::JobConditionType::Suspended);
-            if gone && annotated && suspended {
-                Ok(())
-            } else {
-                Err(format!(
-                    "retry deleted {gone}, annotated {annotated}, suspended {suspended}"
-                ))
-            }
-        })
-        .await
-        .unwrap();
+/// Waits until the server has refused some request.
+async fn first_denial(cluster: &EmbeddedCluster) {
+    while cluster.requests().denied() == 0 {
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Runs the scenario with the operator held to `rbac`, until it ends or the operator is first
+/// refused something (then there is no point in going on).
+fn run_until_refused(rbac: &str) -> Background {
+    let background = start(rbac);
+    let cluster = &background.cluster;
+    let client = cluster.client();
+    background.runtime.block_on(async {
+        tokio::select! {
+            () = scenario(cluster, &client) => {}
+            () = first_denial(cluster) => {}
+        }
     });
+    background
+}
 
-    let rules = deployed_rules();
-    let snapshot = cluster.requests().snapshot();
-    let used: BTreeSet<(String, String, String)> = snapshot
+#[test]
+fn the_operator_is_never_refused_with_the_deployed_rbac() {
+    let background = run_until_refused(&read("deploy/operator/rbac.yaml"));
+    let cluster = &background.cluster;
+    let denials = cluster.requests().denials();
+    assert!(
+        denials.is_empty(),
+        "deploy/operator/rbac.yaml does not allow these requests of the operator: {denials:#?}"
+    );
+
+    // The scenario reached every kind of request the rules are there for.
+    let used: BTreeSet<(String, String, String)> = cluster
+        .requests()
+        .snapshot()
         .agents
         .iter()
         .filter(|c| c.agent == "tfjob-operator")
@@ -198,15 +246,6 @@ fn every_request_the_operator_makes_is_allowed_by_the_deployed_rbac() {
             )
         })
         .collect();
-    let denied: Vec<_> = used
-        .iter()
-        .filter(|(verb, group, resource)| !rules.iter().any(|r| r.allows(verb, group, resource)))
-        .collect();
-    assert!(
-        denied.is_empty(),
-        "deploy/operator/rbac.yaml does not allow these requests of the operator (verb, group, resource): {denied:?}"
-    );
-    // The scenario reached every kind of request the rules are there for.
     for expected in [
         ("create", "", "pods"),
         ("delete", "", "pods"),
@@ -234,17 +273,58 @@ fn every_request_the_operator_makes_is_allowed_by_the_deployed_rbac() {
     }
 }
 
+/// Whether `rule` allows what `denial` was refused.
+fn covers(rule: &PolicyRule, denial: &Denial) -> bool {
+    let (resource, subresource) = denial
+        .resource
+        .split_once('/')
+        .unwrap_or((denial.resource.as_str(), ""));
+    rule.allows(&Attributes::Resource(ResourceAttributes {
+        verb: denial.verb.clone(),
+        group: denial.group.clone(),
+        resource: resource.to_owned(),
+        subresource: subresource.to_owned(),
+        namespace: denial.namespace.clone(),
+        // Rules here name no objects; a denial's name does not matter to them.
+        name: String::new(),
+    }))
+}
+
 #[test]
-fn the_rule_check_refuses_what_no_rule_names() {
-    let rules = deployed_rules();
-    let allowed = |v, g, r| rules.iter().any(|rule: &Rule| rule.allows(v, g, r));
-    assert!(allowed("update", "kubeflow.org", "tfjobs/finalizers"));
-    assert!(allowed("update", "scheduling.x-k8s.io", "podgroups"));
-    assert!(!allowed("create", "", "secrets"));
-    assert!(!allowed("update", "", "pods"));
-    assert!(!allowed(
-        "delete",
-        "apiextensions.k8s.io",
-        "customresourcedefinitions"
-    ));
+fn every_deployed_rule_is_needed() {
+    let documents = deployed_documents();
+    let mut removals = Vec::new();
+    for (d, doc) in documents.iter().enumerate() {
+        let rules = doc["rules"].as_array().cloned().unwrap_or_default();
+        for (r, rule) in rules.iter().enumerate() {
+            removals.push((d, r, rule.clone()));
+        }
+    }
+    assert!(
+        removals.len() >= 2,
+        "the RBAC file has a ClusterRole and a Role with rules"
+    );
+    let mut unneeded = Vec::new();
+    for (d, r, rule) in removals {
+        let mut without = documents.clone();
+        without[d]["rules"].as_array_mut().unwrap().remove(r);
+        let role = format!(
+            "{} {}",
+            documents[d]["kind"].as_str().unwrap_or_default(),
+            documents[d]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+        );
+        let background = run_until_refused(&to_yaml(&without));
+        let cluster = &background.cluster;
+        let parsed: PolicyRule = serde_json::from_value(rule.clone()).unwrap();
+        let denials = cluster.requests().denials();
+        if !denials.iter().any(|d| covers(&parsed, d)) {
+            unneeded.push(format!("{role} rule {r} {rule}: denials {denials:?}"));
+        }
+    }
+    assert!(
+        unneeded.is_empty(),
+        "without these rules of deploy/operator/rbac.yaml the operator was refused nothing they allow: {unneeded:#?}"
+    );
 }

@@ -114,6 +114,8 @@ pub(crate) async fn get_requests(State(server): State<Arc<ApiServer>>) -> Respon
             "requests": snapshot.requests,
             "agents": snapshot.agents,
             "faults": server.options.faults.counts(),
+            "denied": server.options.stats.denied(),
+            "denials": server.options.stats.denials(),
         }),
     )
 }

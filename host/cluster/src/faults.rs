@@ -421,6 +421,8 @@ mod tests {
             verb,
             group: String::new(),
             resource: resource.into(),
+            namespace: None,
+            name: None,
         }
     }
 

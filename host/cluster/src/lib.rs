@@ -8,23 +8,32 @@
 //! annotations, writing their containers' output into [`logs`], which `pods/log` ([`pod_log`])
 //! serves; [`persist`] keeps the objects in a file across restarts. For tests of how clients cope
 //! with a misbehaving server, [`faults`] injects API errors, latency and cut watches, and
-//! [`requests`] counts requests by verb, resource and client.
+//! [`requests`] counts requests by verb, resource and client. [`access`] authenticates every
+//! request by its bearer token ([`tokens`], TokenRequests included) or as the user it
+//! impersonates ([`impersonation`]) and, when asked,
+//! authorizes it by the stored RBAC objects ([`rbac`]) and the owner-reference permission rule
+//! ([`owner_refs`]).
 
+pub mod access;
 pub mod crd;
 mod debug;
 pub mod error;
 pub mod faults;
+pub mod impersonation;
 pub mod kubelet;
 pub mod logs;
 pub mod openapi;
+pub mod owner_refs;
 pub mod persist;
 pub mod pod_log;
 pub mod protobuf;
+pub mod rbac;
 pub mod requests;
 pub mod selector;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod tokens;
 
 pub use error::ApiError;
 pub use store::{ResourceType, Store};

@@ -1,6 +1,7 @@
 //! Kubernetes protobuf bodies for the core types kubectl sends that way: `Namespace`,
 //! `ConfigMap`, `Secret`, `ServiceAccount` and `Service`, decoded into the JSON the store holds and
-//! encoded back for clients that ask for protobuf first.
+//! encoded back for clients that ask for protobuf first; and the `TokenRequest` of `kubectl
+//! create token`, decoded only.
 //!
 //! kubectl's typed commands (`kubectl create namespace|configmap|secret|serviceaccount|service`)
 //! send
@@ -112,6 +113,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
             service_account_json(&core::ServiceAccount::decode(&*raw).map_err(object_error)?)?
         }
         ("v1", "Service") => service_json(&core::Service::decode(&*raw).map_err(object_error)?)?,
+        ("authentication.k8s.io/v1", "TokenRequest") => token_request_json(
+            &k8s_pb::api::authentication::v1::TokenRequest::decode(&*raw).map_err(object_error)?,
+        )?,
         _ => return Err(ProtoError::Unsupported { api_version, kind }),
     };
     obj.insert("apiVersion".into(), json!(api_version));
@@ -278,6 +282,32 @@ fn meta_json(m: &Option<meta::ObjectMeta>) -> Result<Option<Value>, ProtoError> 
     }
     put(&mut o, "managedFields", Some(json!(managed)));
     Ok(Some(Value::Object(o)))
+}
+
+/// A TokenRequest, as `kubectl create token` sends it (only asked for, never stored or
+/// answered in protobuf).
+fn token_request_json(
+    request: &k8s_pb::api::authentication::v1::TokenRequest,
+) -> Result<Map<String, Value>, ProtoError> {
+    let mut o = Map::new();
+    put(&mut o, "metadata", meta_json(&request.metadata)?);
+    let mut s = Map::new();
+    if let Some(spec) = &request.spec {
+        put(&mut s, "audiences", Some(json!(spec.audiences)));
+        put(
+            &mut s,
+            "expirationSeconds",
+            spec.expiration_seconds.map(Value::from),
+        );
+        if let Some(bound) = &spec.bound_object_ref {
+            let mut b = Map::new();
+            put(&mut b, "kind", bound.kind.clone().map(Value::from));
+            put(&mut b, "name", bound.name.clone().map(Value::from));
+            s.insert("boundObjectRef".into(), Value::Object(b));
+        }
+    }
+    o.insert("spec".into(), Value::Object(s));
+    Ok(o)
 }
 
 fn namespace_json(ns: &core::Namespace) -> Result<Map<String, Value>, ProtoError> {

@@ -7,7 +7,7 @@
 //! counted per agent: the product token before the first `/` or space. A client that sends no
 //! `User-Agent` (kube-rs sends none unless configured) is counted as `unknown`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
@@ -62,6 +62,12 @@ pub struct RequestInfo {
     /// The resource's plural (`pods`, `tfjobs`), with the subresource when there is one
     /// (`pods/status`).
     pub resource: String,
+    /// The namespace addressed; `None` at the cluster scope. A namespace's own requests
+    /// (`/api/v1/namespaces/ns`) are in that namespace, as Kubernetes authorizes them.
+    pub namespace: Option<String>,
+    /// The object addressed: from the path, or for a list or watch from a
+    /// `metadata.name=NAME` field selector, as Kubernetes derives it for RBAC's resourceNames.
+    pub name: Option<String>,
 }
 
 impl RequestInfo {
@@ -85,16 +91,32 @@ pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
     };
     // `namespaces/<ns>/<plural>/...` addresses a namespaced resource; shorter paths under
     // `namespaces` address namespaces themselves.
-    let (plural, name, sub) = match rest {
-        ["namespaces", _ns, plural, tail @ ..] if *plural != "status" || !tail.is_empty() => {
-            (*plural, tail.first().copied(), tail.get(1).copied())
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if !matches!(*plural, "status" | "finalize") || !tail.is_empty() =>
+        {
+            (
+                Some(*ns),
+                *plural,
+                tail.first().copied(),
+                tail.get(1).copied(),
+            )
         }
-        [plural, tail @ ..] => (*plural, tail.first().copied(), tail.get(1).copied()),
+        ["namespaces", ns, tail @ ..] => {
+            (Some(*ns), "namespaces", Some(*ns), tail.first().copied())
+        }
+        [plural, tail @ ..] => (None, *plural, tail.first().copied(), tail.get(1).copied()),
         [] => return None,
     };
-    let watch = uri
+    let query: Vec<(&str, &str)> = uri
         .query()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+        .unwrap_or_default()
+        .split('&')
+        .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+        .collect();
+    let watch = query
+        .iter()
+        .any(|(k, v)| *k == "watch" && (*v == "true" || *v == "1"));
     let verb = match (method, name) {
         (&Method::GET, Some(_)) => Verb::Get,
         (&Method::GET, None) if watch => Verb::Watch,
@@ -110,10 +132,30 @@ pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
         Some(sub) => format!("{plural}/{sub}"),
         None => plural.to_owned(),
     };
+    let name = name.map(str::to_owned).or_else(|| {
+        matches!(verb, Verb::List | Verb::Watch)
+            .then(|| selected_name(&query))
+            .flatten()
+    });
     Some(RequestInfo {
         verb,
         group: group.to_owned(),
         resource,
+        namespace: namespace.map(str::to_owned),
+        name,
+    })
+}
+
+/// The name a list or watch selects with a field selector requiring exactly
+/// `metadata.name=NAME` (or `==`), as kube-rs and kubectl watch a single object.
+fn selected_name(query: &[(&str, &str)]) -> Option<String> {
+    let (_, selector) = query.iter().find(|(k, _)| *k == "fieldSelector")?;
+    let selector = crate::server::decode(selector);
+    selector.split(',').find_map(|term| {
+        let (key, value) = term.split_once("==").or_else(|| term.split_once('='))?;
+        (key.trim() == "metadata.name")
+            .then(|| value.trim().to_owned())
+            .filter(|v| !v.is_empty())
     })
 }
 
@@ -146,6 +188,33 @@ struct Key {
 #[derive(Clone, Debug, Default)]
 pub struct RequestStats {
     counts: Arc<Mutex<BTreeMap<Key, u64>>>,
+    denials: Arc<Mutex<Denials>>,
+}
+
+/// Denials kept for reading back; older ones are only counted.
+const DENIALS_KEPT: usize = 1000;
+
+#[derive(Debug, Default)]
+struct Denials {
+    total: u64,
+    recent: VecDeque<Denial>,
+}
+
+/// A request refused with `403 Forbidden`: who asked for what, and the server's message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Denial {
+    pub user: String,
+    /// The client's `User-Agent` product token.
+    pub agent: String,
+    /// The verb, or the HTTP method of a non-resource path.
+    pub verb: String,
+    /// API group, resource (`tfjobs/status`) and namespace checked; the path of a non-resource
+    /// request in `resource`.
+    pub group: String,
+    pub resource: String,
+    pub namespace: String,
+    pub message: String,
 }
 
 /// Requests of one verb, resource and status class.
@@ -253,6 +322,33 @@ impl RequestStats {
     /// Forgets every count (a benchmark resets after its setup).
     pub fn reset(&self) {
         self.lock().clear();
+        *self.lock_denials() = Denials::default();
+    }
+
+    fn lock_denials(&self) -> std::sync::MutexGuard<'_, Denials> {
+        self.denials
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts a request refused with `403 Forbidden`.
+    pub fn record_denial(&self, denial: Denial) {
+        let mut denials = self.lock_denials();
+        denials.total += 1;
+        if denials.recent.len() == DENIALS_KEPT {
+            denials.recent.pop_front();
+        }
+        denials.recent.push_back(denial);
+    }
+
+    /// Requests refused with `403 Forbidden` so far.
+    pub fn denied(&self) -> u64 {
+        self.lock_denials().total
+    }
+
+    /// The latest denials (at most a thousand), oldest first.
+    pub fn denials(&self) -> Vec<Denial> {
+        self.lock_denials().recent.iter().cloned().collect()
     }
 
     /// The counts now.
@@ -364,6 +460,59 @@ mod tests {
     }
 
     #[test]
+    fn requests_carry_their_namespace_and_name() {
+        let at = |method: Method, uri: &str| {
+            let i = classify(&method, &uri.parse().unwrap()).unwrap();
+            (i.namespace, i.name)
+        };
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            at(Method::GET, "/api/v1/namespaces/ns/pods/p/log"),
+            (some("ns"), some("p"))
+        );
+        assert_eq!(
+            at(Method::GET, "/apis/kubeflow.org/v1/tfjobs"),
+            (None, None)
+        );
+        // A namespace is in itself.
+        assert_eq!(
+            at(Method::GET, "/api/v1/namespaces/ns"),
+            (some("ns"), some("ns"))
+        );
+        assert_eq!(
+            at(Method::PUT, "/api/v1/namespaces/ns/status"),
+            (some("ns"), some("ns"))
+        );
+        assert_eq!(at(Method::GET, "/api/v1/namespaces"), (None, None));
+        assert_eq!(
+            at(Method::POST, "/api/v1/namespaces/ns/configmaps"),
+            (some("ns"), None)
+        );
+        // A watch of one object names it in a field selector.
+        assert_eq!(
+            at(
+                Method::GET,
+                "/api/v1/namespaces/ns/configmaps?fieldSelector=metadata.name%3Dsettings&watch=true"
+            ),
+            (some("ns"), some("settings"))
+        );
+        assert_eq!(
+            at(
+                Method::GET,
+                "/api/v1/namespaces/ns/configmaps?fieldSelector=metadata.name%21%3Dsettings"
+            ),
+            (some("ns"), None)
+        );
+        assert_eq!(
+            at(
+                Method::GET,
+                "/api/v1/pods?fieldSelector=status.phase%3DRunning"
+            ),
+            (None, None)
+        );
+    }
+
+    #[test]
     fn agents_are_product_tokens() {
         let mut h = HeaderMap::new();
         assert_eq!(agent(&h), "unknown");
@@ -383,11 +532,15 @@ mod tests {
             verb: Verb::Create,
             group: String::new(),
             resource: "pods".into(),
+            namespace: Some("ns".into()),
+            name: None,
         };
         let status = RequestInfo {
             verb: Verb::Patch,
             group: "kubeflow.org".into(),
             resource: "tfjobs/status".into(),
+            namespace: Some("ns".into()),
+            name: Some("j".into()),
         };
         s.record(&create, "op", StatusCode::CREATED);
         s.record(&create, "op", StatusCode::INTERNAL_SERVER_ERROR);
@@ -401,5 +554,28 @@ mod tests {
         assert_eq!(snap.total(), 4);
         s.reset();
         assert_eq!(s.snapshot().total(), 0);
+    }
+
+    #[test]
+    fn denials_are_counted_and_the_latest_kept() {
+        let s = RequestStats::new();
+        let denial = |i: usize| Denial {
+            user: "u".into(),
+            agent: "a".into(),
+            verb: "get".into(),
+            group: String::new(),
+            resource: "pods".into(),
+            namespace: format!("ns{i}"),
+            message: "no".into(),
+        };
+        for i in 0..DENIALS_KEPT + 5 {
+            s.record_denial(denial(i));
+        }
+        assert_eq!(s.denied(), DENIALS_KEPT as u64 + 5);
+        let kept = s.denials();
+        assert_eq!(kept.len(), DENIALS_KEPT);
+        assert_eq!(kept[0], denial(5));
+        s.reset();
+        assert_eq!((s.denied(), s.denials().len()), (0, 0));
     }
 }

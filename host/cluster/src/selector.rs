@@ -28,6 +28,19 @@ const SUPPORTED_FIELDS: &[&str] = &[
     "involvedObject.uid",
 ];
 
+/// An object's labels (`metadata.labels`; values that are not strings left out).
+pub fn labels(object: &Value) -> std::collections::BTreeMap<String, String> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A parsed label or field selector; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selector {

@@ -23,6 +23,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::access::Access;
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::requests::RequestStats;
@@ -41,6 +42,8 @@ pub struct ServerOptions {
     pub faults: Faults,
     /// Counters of the resource requests answered.
     pub stats: RequestStats,
+    /// Authentication, and authorization when asked ([`crate::access`]).
+    pub access: Access,
 }
 
 /// The server's state.
@@ -69,6 +72,11 @@ impl RunningServer {
     pub fn requests(&self) -> &RequestStats {
         &self.options.stats
     }
+
+    /// The server's tokens and authorization switch.
+    pub fn access(&self) -> &Access {
+        &self.options.access
+    }
 }
 
 /// The router with no faults; `serve` binds it.
@@ -95,6 +103,10 @@ pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
             axum::routing::get(crate::debug::get_requests),
         )
         .fallback(handle)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            crate::access::middleware,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             crate::debug::middleware,
@@ -213,7 +225,7 @@ fn parse_query(uri: &Uri) -> HashMap<String, String> {
 }
 
 /// Percent-decoding of query strings (selectors contain `=`, `,`, `!`, spaces and parentheses).
-fn decode(s: &str) -> String {
+pub(crate) fn decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -260,6 +272,37 @@ async fn handle(
         }
         return crate::pod_log::serve(&server.store, ns, name, &query);
     }
+    if let [
+        "api",
+        "v1",
+        "namespaces",
+        ns,
+        "serviceaccounts",
+        name,
+        "token",
+    ] = segments.as_slice()
+    {
+        if method != Method::POST {
+            return error_response(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", uri.path()),
+            ));
+        }
+        let answer = json_body(&headers, body).and_then(|body| {
+            crate::tokens::token_request(
+                &server.store,
+                &server.options.access.tokens,
+                ns,
+                name,
+                &body,
+            )
+        });
+        return match answer {
+            Ok((code, obj)) => json_response(code, &obj),
+            Err(e) => error_response(&e),
+        };
+    }
     match discovery(&server.store, &segments) {
         Some(doc) if method == Method::GET => return json_response(200, &doc),
         _ => {}
@@ -268,19 +311,9 @@ async fn handle(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    // kubectl sends built-in objects as protobuf; the supported kinds are turned into the JSON
-    // every handler below works with, the others refused with 415.
-    let body = if !body.is_empty() && content_type.contains("protobuf") {
-        match protobuf_body(&body) {
-            Ok(json) => json,
-            Err(e) => return error_response(&e),
-        }
-    } else {
-        body
+    let body = match json_body(&headers, body) {
+        Ok(body) => body,
+        Err(e) => return error_response(&e),
     };
     let accept = headers
         .get(header::ACCEPT)
@@ -350,6 +383,20 @@ async fn handle(
             json_response(code, &obj)
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// The body as JSON: kubectl sends built-in objects as protobuf; the supported kinds are turned
+/// into the JSON every handler works with, the others refused with 415.
+fn json_body(headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !body.is_empty() && content_type.contains("protobuf") {
+        protobuf_body(&body)
+    } else {
+        Ok(body)
     }
 }
 

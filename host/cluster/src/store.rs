@@ -314,6 +314,19 @@ impl Store {
         for t in builtin_types() {
             store.register(t);
         }
+        // The RBAC kinds are read by the authorizer: refuse what it could not read.
+        for (plural, kind) in [
+            ("roles", "Role"),
+            ("clusterroles", "ClusterRole"),
+            ("rolebindings", "RoleBinding"),
+            ("clusterrolebindings", "ClusterRoleBinding"),
+        ] {
+            store.set_validator(
+                "rbac.authorization.k8s.io",
+                plural,
+                Arc::new(move |obj| crate::rbac::validate(kind, obj)),
+            );
+        }
         Arc::new(store)
     }
 

@@ -12,12 +12,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize as _;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use tfjob_cluster::Store;
+use serde_json::Value;
+use tfjob_cluster::access::Access;
 use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::requests::RequestStats;
 use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_cluster::{ApiError, Store};
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::signature::TrustedKeys;
@@ -57,6 +62,10 @@ pub struct ClusterOptions {
     pub gang_scheduler: Option<GangScheduler>,
     /// The operator campaigns for this Lease and writes only while it holds it.
     pub leader_election: Option<LeaseConfig>,
+    /// The API server authorizes requests by the RBAC objects it holds (`up --authorize`);
+    /// the admin client and kubeconfig keep full access. See
+    /// [`EmbeddedCluster::run_operator_as`] for running the operator with less.
+    pub authorize: bool,
 }
 
 impl ClusterOptions {
@@ -76,6 +85,7 @@ impl ClusterOptions {
             faults: FaultConfig::default(),
             gang_scheduler: None,
             leader_election: None,
+            authorize: false,
         }
     }
 }
@@ -97,7 +107,40 @@ pub enum StartError {
     Faults(String),
     #[error("creating the client for the embedded server: {0}")]
     Client(#[from] kube::Error),
+    #[error("a token for service account {namespace}/{name}: {source}")]
+    Token {
+        namespace: String,
+        name: String,
+        #[source]
+        source: ApiError,
+    },
+    #[error("the kubeconfig for the operator's identity: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
 }
+
+/// Why manifests could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("document {index}: {message}")]
+    Yaml { index: usize, message: String },
+    #[error("document {index}: apiVersion {api_version:?} kind {kind:?} is not served")]
+    Unserved {
+        index: usize,
+        api_version: String,
+        kind: String,
+    },
+    #[error("document {index} ({kind} {name:?}): {source}")]
+    Api {
+        index: usize,
+        kind: String,
+        name: String,
+        #[source]
+        source: ApiError,
+    },
+}
+
+/// How long the tokens minted for the operator last: as long as any session of `up`.
+const OPERATOR_TOKEN_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A running operator task and the switch that stops it.
 struct Operator {
@@ -150,6 +193,10 @@ impl EmbeddedCluster {
         let faults = Faults::new(options.faults).map_err(|e| StartError::Faults(e.to_string()))?;
         let server_options = ServerOptions {
             faults,
+            access: Access {
+                authorize: options.authorize,
+                ..Access::default()
+            },
             ..ServerOptions::default()
         };
         let server =
@@ -224,20 +271,132 @@ impl EmbeddedCluster {
         self.client.clone()
     }
 
-    /// A kubeconfig for kubectl, with `default` as the namespace.
+    /// A kubeconfig for kubectl, with `default` as the namespace: the administrator's (it
+    /// carries no credentials, which the server takes as `system:masters`).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for("developer", None)
+    }
+
+    /// A kubeconfig whose user `user` presents `token` (none: the administrator). kubectl
+    /// sends no token over plain HTTP, so it is for clients that do (kube-rs, the Python
+    /// client); kubectl acts as a service account with `--as` instead.
+    pub fn kubeconfig_for(&self, user: &str, token: Option<&str>) -> String {
+        let credentials = match token {
+            Some(token) => format!("\n    token: {token}"),
+            None => " {}".to_owned(),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: developer\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: developer\n  user: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: {user}\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: {user}\n  user:{credentials}\n",
             self.addr
         )
     }
 
     /// Writes [`kubeconfig`](Self::kubeconfig) to `path`, creating its directory.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
+        write_private(path, &self.kubeconfig())
+    }
+
+    /// Writes [`kubeconfig_for`](Self::kubeconfig_for) to `path` (readable by its owner only,
+    /// since it holds a token), creating its directory.
+    pub fn write_kubeconfig_for(
+        &self,
+        path: &Path,
+        user: &str,
+        token: Option<&str>,
+    ) -> std::io::Result<()> {
+        write_private(path, &self.kubeconfig_for(user, token))
+    }
+
+    /// Mints a token for service account `name` in `namespace` (which must exist), valid for
+    /// `ttl`, as `kubectl create token` does.
+    pub fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<String, StartError> {
+        self.server
+            .access()
+            .tokens
+            .service_account(&self.store, namespace, name, ttl)
+            .map(|issued| issued.token)
+            .map_err(|source| StartError::Token {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source,
+            })
+    }
+
+    /// From the next [`start_operator`](Self::start_operator) on, the operator runs as
+    /// service account `name` in `namespace` (which must exist): with a token minted for it,
+    /// through a client built from a kubeconfig for that token, as it would run in a cluster.
+    /// With [`ClusterOptions::authorize`], its requests are then held to that account's RBAC.
+    pub async fn run_operator_as(&mut self, namespace: &str, name: &str) -> Result<(), StartError> {
+        let token = self.service_account_token(namespace, name, OPERATOR_TOKEN_TTL)?;
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_for(&user, Some(&token)))?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        self.operator_client = crate::api_client::build(config, None, &self.api_metrics)?;
+        Ok(())
+    }
+
+    /// Creates the objects of a multi-document YAML manifest as the administrator (as
+    /// `kubectl apply` would; one that exists already is replaced). Returns how many.
+    pub fn apply_manifests(&self, yaml: &str) -> Result<usize, ApplyError> {
+        let mut applied = 0;
+        for (index, doc) in serde_yaml_ng::Deserializer::from_str(yaml).enumerate() {
+            let index = index + 1;
+            let obj = Value::deserialize(doc).map_err(|e| ApplyError::Yaml {
+                index,
+                message: e.to_string(),
+            })?;
+            if obj.is_null() {
+                continue;
+            }
+            let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default();
+            let (api_version, kind) = (text("apiVersion"), text("kind"));
+            let t = self
+                .store
+                .types()
+                .into_iter()
+                .find(|t| t.api_version() == api_version && t.kind == kind)
+                .ok_or_else(|| ApplyError::Unserved {
+                    index,
+                    api_version: api_version.to_owned(),
+                    kind: kind.to_owned(),
+                })?;
+            let meta = |k: &str| {
+                obj.pointer(&format!("/metadata/{k}"))
+                    .and_then(Value::as_str)
+            };
+            let name = meta("name").unwrap_or_default().to_owned();
+            let ns = meta("namespace").map(str::to_owned);
+            let api_error = |source| ApplyError::Api {
+                index,
+                kind: kind.to_owned(),
+                name: name.clone(),
+                source,
+            };
+            match self.store.create(&t, ns.as_deref(), obj.clone()) {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {
+                    let existing = self
+                        .store
+                        .get(&t, ns.as_deref(), &name)
+                        .map_err(api_error)?;
+                    let mut replacement = obj.clone();
+                    replacement["metadata"]["resourceVersion"] =
+                        existing["metadata"]["resourceVersion"].clone();
+                    self.store
+                        .replace(&t, ns.as_deref(), &name, replacement, false)
+                        .map_err(api_error)?;
+                }
+                Err(e) => return Err(api_error(e)),
+            }
+            applied += 1;
         }
-        std::fs::write(path, self.kubeconfig())
+        Ok(applied)
     }
 
     /// Starts the operator if it is not running. It lists everything afresh, as an operator
@@ -295,6 +454,28 @@ impl EmbeddedCluster {
         self.kubelet.abort();
         self.stop_operator(grace).await;
     }
+}
+
+/// Writes `text` to `path`, creating its directory; on Unix readable by its owner only.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        // Never readable by others, not even between creating and writing; a file that
+        // existed keeps its mode on open, hence the second step.
+        options.mode(0o600);
+        let file = options.open(path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        (&file).write_all(text.as_bytes())
+    }
+    #[cfg(not(unix))]
+    options.open(path)?.write_all(text.as_bytes())
 }
 
 impl Drop for EmbeddedCluster {

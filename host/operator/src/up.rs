@@ -15,6 +15,12 @@ use tfjob_policy_engine::SandboxLimits;
 
 use crate::embedded::{ClusterOptions, EmbeddedCluster};
 
+/// The operator's namespace and RBAC as `deploy/` ships them, which `up --authorize` applies.
+const DEPLOYED_NAMESPACE: &str = include_str!("../../../deploy/overlays/standalone/namespace.yaml");
+const DEPLOYED_RBAC: &str = include_str!("../../../deploy/operator/rbac.yaml");
+/// The service account `deploy/operator/rbac.yaml` binds its roles to.
+const OPERATOR_ACCOUNT: (&str, &str) = ("tfjob-system", "tfjob-operator");
+
 use crate::policy_setup::{Policies, PolicyArgs, PolicySourceArgs};
 
 #[derive(Debug, Args)]
@@ -55,6 +61,12 @@ pub struct UpArgs {
     /// with the written kubeconfig.
     #[arg(long, conflicts_with = "demo")]
     pub no_operator: bool,
+    /// Authorize requests by RBAC: the operator runs as the `tfjob-operator` service account
+    /// with the namespace and RBAC of `deploy/operator/` (applied at start); the kubeconfig
+    /// written for kubectl keeps full access (`kubectl --as=system:serviceaccount:NS:NAME`
+    /// acts as an account).
+    #[arg(long, conflicts_with = "no_operator")]
+    pub authorize: bool,
     /// Submit the jobs in `deploy/examples/` and show them run to the end, then stop.
     #[arg(long)]
     pub demo: bool,
@@ -65,6 +77,26 @@ pub struct UpArgs {
     pub policies: PolicyArgs,
     #[command(flatten)]
     pub sources: PolicySourceArgs,
+}
+
+/// Applies `deploy/`'s namespace and RBAC and starts the operator as its service account.
+async fn run_operator_with_deployed_rbac(cluster: &mut EmbeddedCluster) -> anyhow::Result<()> {
+    for (file, manifest) in [
+        (
+            "deploy/overlays/standalone/namespace.yaml",
+            DEPLOYED_NAMESPACE,
+        ),
+        ("deploy/operator/rbac.yaml", DEPLOYED_RBAC),
+    ] {
+        cluster
+            .apply_manifests(manifest)
+            .with_context(|| format!("applying {file}"))?;
+    }
+    let (namespace, name) = OPERATOR_ACCOUNT;
+    cluster.run_operator_as(namespace, name).await?;
+    cluster.start_operator();
+    println!("Authorizing by RBAC; the operator runs as system:serviceaccount:{namespace}:{name}");
+    Ok(())
 }
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
@@ -92,7 +124,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         }
         None => FaultConfig::default(),
     };
-    let cluster = EmbeddedCluster::start(ClusterOptions {
+    let mut cluster = EmbeddedCluster::start(ClusterOptions {
         port: args.port,
         state: args.state.clone(),
         kubelet: KubeletConfig {
@@ -105,7 +137,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         policy_namespaces: args.sources.namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         trusted_keys,
-        run_operator: !args.no_operator,
+        // Authorizing, the operator starts once its account and RBAC exist.
+        run_operator: !args.no_operator && !args.authorize,
         leader_election: None,
         faults,
         gang_scheduler: args
@@ -113,8 +146,12 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .as_deref()
             .filter(|name| !name.is_empty())
             .map(GangScheduler::from_name),
+        authorize: args.authorize,
     })
     .await?;
+    if args.authorize {
+        run_operator_with_deployed_rbac(&mut cluster).await?;
+    }
     cluster
         .write_kubeconfig(&args.kubeconfig_out)
         .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;

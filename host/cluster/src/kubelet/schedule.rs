@@ -159,15 +159,7 @@ pub fn node_view(node: &Value) -> Option<NodeView> {
             Some((name.clone(), amount?))
         })
         .collect();
-    let labels = node
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let labels = crate::selector::labels(node);
     Some(NodeView {
         name: node
             .pointer("/metadata/name")
