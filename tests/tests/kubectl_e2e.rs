@@ -203,3 +203,83 @@ fn kubectl_create_configmap_ships_a_policy_module() {
         |pods| !pods.trim().is_empty(),
     );
 }
+
+/// `kubectl apply` of invalid TFJobs is refused by the CRD's own CEL rules, as on a real API
+/// server without a webhook: the field path and the rule's message in kubectl's error, nothing
+/// stored. An update that changes `managedBy` is refused the same way, and so is a CRD whose
+/// rule does not compile.
+#[test]
+fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let tensorflow = "{name: tensorflow, image: kubeflow/tf-dist-mnist-test:1.0}";
+    let bad = write(
+        "bad.yaml",
+        &format!(
+            "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {{name: cel-bad}}\nspec:\n  tfReplicaSpecs:\n    Chief: {{template: {{spec: {{containers: [{tensorflow}]}}}}}}\n    Master: {{template: {{spec: {{containers: [{tensorflow}]}}}}}}\n    Worker:\n      template: {{spec: {{containers: [{tensorflow}, {{name: sidecar}}]}}}}\n"
+        ),
+    );
+    let out = c.run(&["apply", "-f", &bad]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        // kubectl words the Status details: kind, name, then one line per cause.
+        "The TFJob \"cel-bad\" is invalid",
+        "spec.tfReplicaSpecs: Invalid value: \"object\": must not contain both Chief and Master",
+        "spec.tfReplicaSpecs[Worker].template.spec.containers[1].image: Required value: must be set",
+    ] {
+        assert!(err.contains(expected), "{expected:?} not in {err}");
+    }
+    let get = c.run(&["get", "tfjob", "cel-bad"]);
+    assert!(!get.status.success(), "nothing was stored");
+    assert!(String::from_utf8_lossy(&get.stderr).contains("NotFound"));
+
+    // A valid job is stored; changing its manager afterwards is refused.
+    let job = |managed_by: &str| {
+        format!(
+            "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {{name: cel-managed}}\nspec:\n  runPolicy: {{managedBy: {managed_by}, suspend: true}}\n  tfReplicaSpecs:\n    Worker: {{template: {{spec: {{containers: [{tensorflow}]}}}}}}\n"
+        )
+    };
+    c.ok(&[
+        "apply",
+        "-f",
+        &write("managed.yaml", &job("kueue.x-k8s.io/multikueue")),
+    ]);
+    let out = c.run(&[
+        "apply",
+        "-f",
+        &write("managed.yaml", &job("kubeflow.org/training-operator")),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.runPolicy.managedBy: Invalid value: \"object\": field is immutable"),
+        "{err}"
+    );
+    let stored = c.ok(&[
+        "get",
+        "tfjob",
+        "cel-managed",
+        "-o",
+        "jsonpath={.spec.runPolicy.managedBy}",
+    ]);
+    assert_eq!(stored, "kueue.x-k8s.io/multikueue");
+
+    // A CRD whose rule does not compile is refused, naming the rule.
+    let crd = write(
+        "crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  names: {kind: Widget, plural: widgets, singular: widget}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            x-kubernetes-validations: [{rule: 'self.size >'}]\n",
+    );
+    let out = c.run(&["apply", "-f", &crd]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"),
+        "{err}"
+    );
+}

@@ -1,4 +1,5 @@
-//! The TFJob CustomResourceDefinition, generated from the Rust types.
+//! The TFJob CustomResourceDefinition, generated from the Rust types, with the admission rules
+//! of [`crate::cel_rules`] written into its schema.
 //!
 //! `deploy/crd/kubeflow.org_tfjobs.yaml` is this function's output; a test fails when the
 //! checked-in file is stale.
@@ -10,7 +11,19 @@ use crate::TFJob;
 
 /// The TFJob CRD object.
 pub fn tfjob_crd() -> CustomResourceDefinition {
-    TFJob::crd()
+    let mut crd = TFJob::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(props) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let mut schema = serde_json::to_value(&*props).expect("a schema serialises to JSON");
+            crate::cel_rules::add_to_schema(&mut schema);
+            *props = serde_json::from_value(schema).expect("the rules keep the schema well-formed");
+        }
+    }
+    crd
 }
 
 /// The TFJob CRD as the YAML checked in under `deploy/crd/`.
@@ -36,6 +49,52 @@ mod tests {
             checked_in == tfjob_crd_yaml(),
             "{path} is stale; regenerate it with `cargo run -p tfjob-operator -- crd > deploy/crd/kubeflow.org_tfjobs.yaml`"
         );
+    }
+
+    /// Every list under the replica specs, and every string inside one, must be bounded: a
+    /// real API server multiplies a rule's cost by these bounds and refuses a CRD whose
+    /// estimate has none.
+    #[test]
+    fn the_replica_specs_the_rules_walk_are_bounded() {
+        fn check(node: &serde_json::Value, path: &str, in_list: bool, seen: &mut usize) {
+            match node["type"].as_str() {
+                Some("array") => {
+                    assert!(node["maxItems"].is_u64(), "{path} has no maxItems");
+                    *seen += 1;
+                }
+                Some("string") if in_list => {
+                    assert!(node["maxLength"].is_u64(), "{path} has no maxLength");
+                    *seen += 1;
+                }
+                _ => {}
+            }
+            for (name, child) in node["properties"].as_object().into_iter().flatten() {
+                check(child, &format!("{path}.{name}"), in_list, seen);
+            }
+            if node["additionalProperties"].is_object() {
+                check(
+                    &node["additionalProperties"],
+                    &format!("{path}[*]"),
+                    in_list,
+                    seen,
+                );
+            }
+            if node["items"].is_object() {
+                check(&node["items"], &format!("{path}[]"), true, seen);
+            }
+        }
+        let version = &tfjob_crd().spec.versions[0];
+        let schema = serde_json::to_value(&version.schema).unwrap();
+        let replicas =
+            &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["tfReplicaSpecs"];
+        assert_eq!(replicas["maxProperties"], 5);
+        let mut seen = 0;
+        check(replicas, "spec.tfReplicaSpecs", false, &mut seen);
+        // containers, their names and images, ports and their names.
+        assert_eq!(seen, 5);
+        let rules = replicas["x-kubernetes-validations"].as_array().unwrap();
+        assert!(rules.iter().all(|r| r["rule"].is_string()
+            && (r["message"].is_string() || r["messageExpression"].is_string())));
     }
 
     #[test]

@@ -152,6 +152,7 @@ pub struct RunPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub min_available: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -160,6 +161,7 @@ pub struct SchedulingPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub schedule_timeout_seconds: Option<i32>,
 }
 

@@ -191,6 +191,19 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
                 "must be greater than or equal to 0",
             );
         }
+        // TensorFlow's cluster resolver knows one chief (Master is its old name) and one
+        // evaluator; a second one would never join the cluster.
+        if count > 1
+            && matches!(
+                rtype,
+                ReplicaType::Chief | ReplicaType::Master | ReplicaType::Evaluator
+            )
+        {
+            push(
+                format!("{base}.replicas"),
+                &format!("must be at most 1 for {rtype}"),
+            );
+        }
         let containers = replica
             .template
             .spec
@@ -215,6 +228,14 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
                     format!("{base}.template.spec.containers[{i}].image"),
                     "must be set",
                 );
+            }
+            for (j, port) in c.ports.iter().flatten().enumerate() {
+                if let Some(problem) = port.name.as_deref().and_then(port_name_problem) {
+                    push(
+                        format!("{base}.template.spec.containers[{i}].ports[{j}].name"),
+                        &problem,
+                    );
+                }
             }
         }
         if !containers.is_empty() && !containers.iter().any(|c| c.name == DEFAULT_CONTAINER_NAME) {
@@ -308,6 +329,23 @@ fn with_default_port(template: &PodTemplateSpec) -> PodTemplateSpec {
         }
     }
     template
+}
+
+/// Why a container port's `name` is not an IANA service name (what Kubernetes requires of a
+/// named port), if it is not one. An empty name is no name.
+fn port_name_problem(name: &str) -> Option<String> {
+    const RULE: &str = "must be an IANA service name: at most 15 lower-case alphanumeric characters or '-', with at least one letter, no '--', starting and ending with an alphanumeric character";
+    let bytes = name.as_bytes();
+    let ok = name.is_empty()
+        || (bytes.len() <= 15
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+            && bytes.iter().any(u8::is_ascii_lowercase)
+            && !name.starts_with('-')
+            && !name.ends_with('-')
+            && !name.contains("--"));
+    (!ok).then(|| format!("{name:?} {RULE}"))
 }
 
 /// Why `name` is not a DNS-1035 label, if it is not one.
@@ -512,6 +550,53 @@ spec:
             "{err}"
         );
         assert!(admit(&serde_json::json!({"spec": 5})).is_err());
+    }
+
+    #[test]
+    fn coordinators_and_evaluators_have_at_most_one_replica() {
+        let p = paths(
+            r#"
+metadata: {name: a}
+spec:
+  tfReplicaSpecs:
+    chief: {replicas: 2, template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+    Evaluator: {replicas: 3, template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+    Worker: {replicas: 8, template: {spec: {containers: [{name: tensorflow, image: t}]}}}
+"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "spec.tfReplicaSpecs[Evaluator].replicas",
+                "spec.tfReplicaSpecs[chief].replicas"
+            ]
+        );
+    }
+
+    #[test]
+    fn port_names_are_iana_service_names() {
+        for good in ["", "tfjob-port", "http", "a1", "x-2-y", &"p".repeat(15)] {
+            assert!(port_name_problem(good).is_none(), "{good:?}");
+        }
+        for bad in ["Port", "1234", "-a", "a-", "a--b", "a_b", &"p".repeat(16)] {
+            assert!(port_name_problem(bad).is_some(), "{bad:?}");
+        }
+        let p = paths(
+            r#"
+metadata: {name: a}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers:
+          - {name: tensorflow, image: t, ports: [{name: ok, containerPort: 1}, {name: Bad_Name, containerPort: 2}]}
+"#,
+        );
+        assert_eq!(
+            p,
+            vec!["spec.tfReplicaSpecs[Worker].template.spec.containers[0].ports[1].name"]
+        );
     }
 
     #[test]

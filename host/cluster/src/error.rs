@@ -1,5 +1,6 @@
 //! API errors, rendered as Kubernetes `Status` objects so clients (kube-rs, kubectl) recognise
-//! them: `NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, `BadRequest`, `Gone`, ...
+//! them: `NotFound`, `AlreadyExists`, `Conflict`, `Invalid` (with the failing fields as
+//! `details.causes`), `BadRequest`, `Gone`, ...
 
 use serde_json::{Value, json};
 
@@ -10,6 +11,35 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
+    /// `details` of the `Status`: which object, and for `Invalid` which fields (boxed: most
+    /// errors have none, and every `Result` of the server carries this type).
+    pub details: Option<Box<StatusDetails>>,
+}
+
+/// The object a failed request was about and the causes, as in a `Status`'s `details`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusDetails {
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub causes: Vec<StatusCause>,
+}
+
+/// One field that made an object invalid: `{reason: FieldValueInvalid, field: "spec.x",
+/// message: "Invalid value: ..."}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusCause {
+    pub reason: String,
+    pub field: String,
+    /// The text after the field in the error: `Invalid value: "object": must ...`.
+    pub message: String,
+}
+
+impl StatusCause {
+    /// The cause as one line of an error message: `spec.x: Invalid value: ...`.
+    pub fn line(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
 }
 
 impl ApiError {
@@ -18,6 +48,33 @@ impl ApiError {
             code,
             reason,
             message: message.into(),
+            details: None,
+        }
+    }
+
+    /// `Invalid` with every failing field, worded as a real API server words it:
+    /// `TFJob.kubeflow.org "mnist" is invalid: spec.x: Invalid value: ...`, several causes in
+    /// brackets. `qualified_kind` is `Kind.group` (or `Kind` in the core group).
+    pub fn invalid_fields(
+        qualified_kind: &str,
+        group: &str,
+        kind: &str,
+        name: &str,
+        causes: Vec<StatusCause>,
+    ) -> ApiError {
+        let lines: Vec<String> = causes.iter().map(StatusCause::line).collect();
+        let listed = match lines.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        ApiError {
+            details: Some(Box::new(StatusDetails {
+                name: name.to_owned(),
+                group: group.to_owned(),
+                kind: kind.to_owned(),
+                causes,
+            })),
+            ..ApiError::invalid(format!("{qualified_kind} \"{name}\" is invalid: {listed}"))
         }
     }
 
@@ -51,7 +108,7 @@ impl ApiError {
 
     /// The `Status` object a Kubernetes API server answers with.
     pub fn status(&self) -> Value {
-        json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -59,6 +116,16 @@ impl ApiError {
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
-        })
+        });
+        if let Some(d) = &self.details {
+            let causes: Vec<Value> = d
+                .causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            status["details"] =
+                json!({"name": d.name, "group": d.group, "kind": d.kind, "causes": causes});
+        }
+        status
     }
 }

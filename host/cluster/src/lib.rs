@@ -3,7 +3,8 @@
 //! No real API server can run on the development and CI machines, so the project brings its own: an
 //! in-process server that speaks the Kubernetes HTTP API well enough that kube-rs talks to it
 //! unchanged. [`store`] holds the objects and the server-side rules; [`server`] is the HTTP front
-//! (with [`table`], [`openapi`] and [`protobuf`] for kubectl and [`crd`] for custom resources);
+//! (with [`table`], [`openapi`] and [`protobuf`] for kubectl, [`crd`] for custom resources and
+//! [`cel_admission`] for the CEL rules and bounds of their schemas);
 //! [`kubelet`] schedules pods onto simulated nodes and runs them by the scripts in their
 //! annotations, writing their containers' output into [`logs`], which `pods/log` ([`pod_log`])
 //! serves; [`persist`] keeps the objects in a file across restarts. For tests of how clients cope
@@ -15,6 +16,7 @@
 //! ([`owner_refs`]).
 
 pub mod access;
+pub mod cel_admission;
 pub mod crd;
 mod debug;
 pub mod error;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::cel_admission::SchemaRules;
 use crate::error::ApiError;
 
 /// A served resource type.
@@ -76,6 +77,15 @@ impl ResourceType {
     /// The store's key for the type: `group/plural`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.group, self.plural)
+    }
+
+    /// `Kind.group` (`Kind` in the core group), as error messages name the type.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
     }
 }
 
@@ -253,6 +263,8 @@ struct Inner {
     /// The oldest resourceVersion a watch may resume from.
     compacted: u64,
     validators: HashMap<String, Validator>,
+    /// The compiled CEL rules and bounds of each CRD-served type's schema.
+    admission: HashMap<String, Arc<SchemaRules>>,
 }
 
 /// The object store. Every mutation happens under one lock and is broadcast while the lock is
@@ -307,6 +319,7 @@ impl Store {
                 history: VecDeque::new(),
                 compacted: 1,
                 validators: HashMap::new(),
+                admission: HashMap::new(),
             }),
             tx,
             logs: crate::logs::PodLogs::new(),
@@ -336,9 +349,24 @@ impl Store {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Serves a resource type (as applying a CRD does).
+    /// Serves a resource type (as applying a CRD does), with the admission rules of its schema
+    /// compiled once here.
     pub fn register(&self, t: ResourceType) {
-        self.lock().types.insert(t.key(), t);
+        let rules = t.schema.as_ref().and_then(|schema| {
+            SchemaRules::compile(schema)
+                .inspect_err(|e| {
+                    // Applying a CRD whose rules do not compile is refused (see `validate`);
+                    // only a state file written before that check could bring one here.
+                    tracing::warn!(resource = %t.key(), error = %e, "serving without admission rules");
+                })
+                .ok()
+        });
+        let mut inner = self.lock();
+        match rules {
+            Some(r) => inner.admission.insert(t.key(), Arc::new(r)),
+            None => inner.admission.remove(&t.key()),
+        };
+        inner.types.insert(t.key(), t);
     }
 
     /// Installs the admission check of a resource type.
@@ -402,14 +430,30 @@ impl Store {
         (t.key(), ns.to_owned(), name.to_owned())
     }
 
-    fn validate(inner: &Inner, t: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    /// Admission of a create (`old` none) or update: a CRD's rules must compile, an object
+    /// must pass its schema's rules and the type's validator.
+    fn validate(
+        inner: &Inner,
+        t: &ResourceType,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let name = meta(obj, "name").unwrap_or_default();
+        let invalid = |causes| {
+            ApiError::invalid_fields(&t.qualified_kind(), &t.group, &t.kind, &name, causes)
+        };
+        if t.group == "apiextensions.k8s.io" && t.plural == "customresourcedefinitions" {
+            crate::cel_admission::check_crd(obj).map_err(|c| invalid(vec![c]))?;
+        }
+        if let Some(rules) = inner.admission.get(&t.key()) {
+            let causes = rules.validate(obj, old);
+            if !causes.is_empty() {
+                return Err(invalid(causes));
+            }
+        }
         match inner.validators.get(&t.key()) {
             Some(v) => v(obj).map_err(|m| {
-                ApiError::invalid(format!(
-                    "{} \"{}\" is invalid: {m}",
-                    t.kind,
-                    meta(obj, "name").unwrap_or_default()
-                ))
+                ApiError::invalid(format!("{} \"{name}\" is invalid: {m}", t.qualified_kind()))
             }),
             None => Ok(()),
         }
@@ -445,7 +489,9 @@ impl Store {
         if inner.objects.contains_key(&key) {
             return Err(ApiError::already_exists(&t.plural, &name));
         }
-        Self::validate(&inner, t, &obj)?;
+        // Rules read the name, generated ones included.
+        meta_mut(&mut obj).insert("name".into(), json!(name));
+        Self::validate(&inner, t, &obj, None)?;
         inner.rv += 1;
         let rv = inner.rv;
         obj["apiVersion"] = json!(t.api_version());
@@ -590,7 +636,7 @@ impl Store {
             next
         };
         if !status_only {
-            Self::validate(inner, t, &next)?;
+            Self::validate(inner, t, &next, Some(&current))?;
         }
         // Server-owned metadata survives any update.
         let generation = current
