@@ -9,19 +9,16 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
-use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
-use tfjob_operator::policy_setup::{Policies, PolicyArgs};
 use tfjob_policy_engine::configmap;
-use tfjob_policy_engine::{FailurePolicy, Hook, PolicyManifest, SandboxLimits, defaults};
+use tfjob_policy_engine::{FailurePolicy, Hook, PolicyManifest, defaults};
 
+use common::cluster::Cluster;
 use common::eventually;
 
 const JOBS_NS: &str = "ml";
@@ -250,19 +247,10 @@ fn state(rt: &tokio::runtime::Runtime, jobs: &Api<TFJob>, name: &str) -> Option<
 #[test]
 fn the_operator_serves_the_standard_controller_metrics_and_the_dashboards_queries() {
     let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let policies = Policies::load(&PolicyArgs::default(), SandboxLimits::default()).unwrap();
-    let mut options = ClusterOptions::new(Arc::new(policies));
-    options.run_operator = false;
-    let cluster = rt.block_on(EmbeddedCluster::start(options)).unwrap();
-    let client = cluster.client();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let c = Cluster::start(|_| {});
+    let rt = &c.runtime;
+    let cluster = &c.cluster;
+    let client = c.client();
 
     // A decoration policy that traps in every call, ignored on failure: pods are still made,
     // and the policy error metrics count it.
@@ -290,22 +278,17 @@ fn the_operator_serves_the_standard_controller_metrics_and_the_dashboards_querie
     });
 
     let metrics = common::free_addr();
-    let _operator = common::Killed(
-        common::operator()
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--threads", "3", "--health-probe-bind-address", "0"])
-            .arg("--metrics-bind-address")
-            .arg(metrics.to_string())
-            .env("RUST_LOG", "warn")
-            .env_remove("KUBEFLOW_NAMESPACE")
-            .env_remove("POD_NAMESPACE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("tfjob-operator runs"),
+    let metrics_text = metrics.to_string();
+    let _operator = c.operator(
+        &[
+            "--threads",
+            "3",
+            "--health-probe-bind-address",
+            "0",
+            "--metrics-bind-address",
+            &metrics_text,
+        ],
+        &[],
     );
     eventually("the operator is ready", || {
         (common::http_get(metrics, "/readyz")?.0 == 200).then_some(())
@@ -322,7 +305,7 @@ fn the_operator_serves_the_standard_controller_metrics_and_the_dashboards_querie
     });
     for (name, end) in [("succeeds", "Succeeded"), ("fails", "Failed")] {
         eventually(&format!("{name} ends {end}"), || {
-            (state(&rt, &jobs, name).as_deref() == Some(end)).then_some(())
+            (state(rt, &jobs, name).as_deref() == Some(end)).then_some(())
         });
     }
 
