@@ -27,7 +27,11 @@ pub const CONFLICT_RETRY: Duration = Duration::from_millis(500);
 pub enum Executed {
     /// Everything was applied.
     Done,
-    /// The status write conflicted; nothing else was done.
+    /// A write conflicted: the status (then nothing else was done), or a deletion whose
+    /// precondition did not hold. Either way the job is looked at again shortly: a 409 on a
+    /// deletion usually means the pod was replaced, but when it was not (an API server
+    /// answering 409 for another reason), the pod is still there and no event would bring
+    /// the job back.
     Conflict,
 }
 
@@ -75,7 +79,10 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     let mut first_error = None;
 
     let results = join_all(plan.delete_pods.iter().map(|d| delete(&pods, d))).await;
+    let mut conflicted = false;
     for (d, result) in plan.delete_pods.iter().zip(results) {
+        conflicted |= matches!(result, Ok(Deleted::Conflict));
+        let result = result.map(|deleted| deleted == Deleted::Done);
         report(
             ctx,
             &reference,
@@ -90,6 +97,8 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     }
     let results = join_all(plan.delete_services.iter().map(|d| delete(&services, d))).await;
     for (d, result) in plan.delete_services.iter().zip(results) {
+        conflicted |= matches!(result, Ok(Deleted::Conflict));
+        let result = result.map(|deleted| deleted == Deleted::Done);
         report(
             ctx,
             &reference,
@@ -159,7 +168,21 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
             Err(e) => return Err(Error::kube(format!("deleting TFJob {namespace}/{name}"), e)),
         }
     }
+    if conflicted {
+        return Ok(Executed::Conflict);
+    }
     Ok(Executed::Done)
+}
+
+/// What a deletion did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deleted {
+    Done,
+    /// Not found: gone already.
+    Gone,
+    /// 409: the uid precondition did not hold (a newer incarnation), or a conflict for
+    /// another reason; the job is looked at again to tell which.
+    Conflict,
 }
 
 #[derive(Clone, Copy)]
@@ -181,7 +204,7 @@ where
     }
 }
 
-async fn delete<K>(api: &Api<K>, d: &Deletion) -> Result<bool, kube::Error>
+async fn delete<K>(api: &Api<K>, d: &Deletion) -> Result<Deleted, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -193,9 +216,9 @@ where
         ..DeleteParams::background()
     };
     match api.delete(&d.name, &params).await {
-        Ok(_) => Ok(true),
-        // Gone already, or replaced by a newer incarnation the precondition protects.
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
+        Ok(_) => Ok(Deleted::Done),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Deleted::Gone),
+        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Deleted::Conflict),
         Err(e) => Err(e),
     }
 }

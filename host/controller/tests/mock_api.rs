@@ -337,6 +337,41 @@ async fn a_conflicting_status_write_stops_the_reconcile_and_retries_soon() {
 }
 
 #[tokio::test]
+async fn a_deletion_answered_409_is_looked_at_again_soon() {
+    // The restart is recorded, then the API server answers the deletion 409. Whether the pod
+    // was replaced or the 409 had another cause, the job must come back: a pod left in place
+    // sends no event.
+    let (mut f, job) = restart_fixture();
+    let task = reconcile_in_background(&f, job);
+    let (status, send) = expect(
+        &mut f.handle,
+        Method::PUT,
+        "/apis/kubeflow.org/v1/namespaces/ml/tfjobs/mnist/status",
+    )
+    .await;
+    respond(send, StatusCode::OK, &status);
+    let (_, send) = expect(
+        &mut f.handle,
+        Method::DELETE,
+        "/api/v1/namespaces/ml/pods/mnist-worker-0",
+    )
+    .await;
+    respond(
+        send,
+        StatusCode::CONFLICT,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                "message": "Operation cannot be fulfilled"}),
+    );
+    assert_eq!(expect_event(&mut f.handle, "ml").await, "ExitedWithCode");
+    assert_eq!(expect_event(&mut f.handle, "ml").await, "TFJobRestarting");
+    let action = task.await.unwrap().unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(tfjob_controller::execute::CONFLICT_RETRY)
+    );
+}
+
+#[tokio::test]
 async fn api_errors_fail_the_reconcile_with_the_api_category() {
     let (mut f, job) = restart_fixture();
     let task = reconcile_in_background(&f, job);
