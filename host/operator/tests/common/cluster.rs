@@ -91,12 +91,12 @@ impl Cluster {
         conditions.last().map(|c| format!("{:?}", c.type_))
     }
 
-    /// Runs the binary against this cluster. Its output is discarded: a pipe nobody reads
-    /// would block the process once full.
+    /// Runs the binary against this cluster. Its log goes to the test's own stderr (shown
+    /// when a test fails), never to a pipe nobody reads, which would block it once full.
     pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Killed {
         Killed(
             self.command(args, env)
-                .stderr(Stdio::null())
+                .stderr(Stdio::inherit())
                 .spawn()
                 .expect("tfjob-operator runs"),
         )

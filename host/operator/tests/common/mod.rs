@@ -140,12 +140,32 @@ pub fn write(dir: &Path, file: &str, contents: &[u8]) -> String {
     path.to_str().expect("UTF-8 path").to_owned()
 }
 
-/// A loopback address with a free port.
+/// A loopback address with a free port for a child process to listen on.
+///
+/// The port is taken below Linux's ephemeral range (32768-60999 by default). A port the
+/// kernel handed out for `bind(0)` and that is free again is, until the child binds it, also
+/// free for the kernel to hand out again: to the embedded API server of a test running
+/// beside this one, or as the local port of an outgoing connection, the child's own to the
+/// API server included. The child then fails to bind and the test waits for it in vain.
+/// Ports below the range are never handed out that way.
 pub fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1000 {
+        let draw = DRAWS.fetch_add(1, Ordering::Relaxed);
+        // A multiplicative hash spreads consecutive draws over 20000-32767.
+        let mixed =
+            (seed ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let port = 20_000 + u16::try_from((mixed >> 40) % 12_768).expect("below 12768");
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
+    panic!("no free loopback port in 20000-32767");
 }
 
 /// The status code and body of `GET path` at `addr`, or `None` while nothing listens there.
