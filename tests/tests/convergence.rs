@@ -630,7 +630,7 @@ fn audit_pods(
                 live.entry(slot).or_default().remove(&uid);
             }
         }
-        last.insert(name, event.object);
+        last.insert(name, (*event.object).clone());
     }
     let wanted: BTreeMap<String, u32> = expected
         .iter()

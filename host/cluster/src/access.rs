@@ -251,7 +251,7 @@ fn check_owner_refs(
             store.get(&t, ns, &request.name).ok()
         })
         .flatten();
-    if !owner_refs::changes_owner_refs(obj, old.as_ref()) {
+    if !owner_refs::changes_owner_refs(obj, old.as_deref()) {
         return None;
     }
     if request.verb != "create" {
@@ -268,7 +268,7 @@ fn check_owner_refs(
             });
         }
     }
-    for blocking in owner_refs::new_blocking_refs(obj, old.as_ref()) {
+    for blocking in owner_refs::new_blocking_refs(obj, old.as_deref()) {
         let types: Vec<_> = store
             .types()
             .into_iter()

@@ -4,6 +4,8 @@
 
 pub mod podgroups;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -104,11 +106,13 @@ pub fn established(store: &Store, crd: &Value) -> Result<Value, ApiError> {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    store.patch(
-        &crds,
-        None,
-        name,
-        Patch::Merge(json!({"status": established_status(crd)})),
-        true,
-    )
+    store
+        .patch(
+            &crds,
+            None,
+            name,
+            Patch::Merge(json!({"status": established_status(crd)})),
+            true,
+        )
+        .map(Arc::unwrap_or_clone)
 }

@@ -27,8 +27,10 @@ pub mod log_script;
 pub mod schedule;
 pub mod script;
 pub mod status;
+pub mod usage;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +47,7 @@ use log_script::{LogEvent, LogScript};
 use schedule::{GPU, NodeView, Resources};
 use script::{PendingReason, Script};
 use status::{Ending, PodSim};
+use usage::{GroupKey, Share, Usage};
 
 /// Who the simulation's writes and events come from.
 pub const COMPONENT: &str = "sim-kubelet";
@@ -237,9 +240,6 @@ impl Tracked {
     }
 }
 
-/// A PodGroup: namespace and name.
-type GroupKey = (String, String);
-
 /// The simulated gang scheduler: what it knows of PodGroups and their members.
 struct Gang {
     /// The scheduler name pods ask for.
@@ -257,7 +257,7 @@ struct Gang {
 
 struct GroupEntry {
     /// The PodGroup as last seen (or written).
-    object: Value,
+    object: Arc<Value>,
     /// Arrival order, for first-come-first-served admission.
     seq: u64,
     /// How long members wait at permit (coscheduling).
@@ -270,7 +270,7 @@ struct GroupEntry {
 }
 
 impl Gang {
-    fn upsert(&mut self, key: GroupKey, object: Value, seq: u64) -> bool {
+    fn upsert(&mut self, key: GroupKey, object: Arc<Value>, seq: u64) -> bool {
         let timeout = GroupSpec::of(&object)
             .timeout
             .unwrap_or(gang::DEFAULT_SCHEDULE_TIMEOUT);
@@ -371,6 +371,11 @@ struct Kubelet {
     seq: u64,
     /// Something that can change a scheduling verdict happened since the last pass.
     dirty: bool,
+    /// What the pods bound to each node use, kept as pods change (no listing per pass).
+    usage: Usage,
+    /// When some pod's timer or log tick may be due, earliest first. An entry is only a
+    /// wake-up: the pod's own state says what is due, so a stale entry costs one look.
+    wakeups: BinaryHeap<Reverse<(Instant, String)>>,
     /// The gang scheduler, when one is simulated.
     gang: Option<Gang>,
 }
@@ -507,6 +512,8 @@ impl Kubelet {
             runs: HashMap::new(),
             seq: 0,
             dirty: false,
+            usage: Usage::default(),
+            wakeups: BinaryHeap::new(),
         })
     }
 
@@ -610,6 +617,9 @@ impl Kubelet {
             for pod in &items {
                 self.observe(pod);
             }
+            self.usage = Usage::recount(items.iter().map(|p| &**p), |uid| {
+                self.pods.get(uid).and_then(Tracked::group)
+            });
             for e in &past {
                 self.on_event(e);
             }
@@ -645,8 +655,36 @@ impl Kubelet {
                     self.forget(uid);
                 }
                 self.observe(&pod);
+                self.account(&pod);
             }
             Err(_) => self.forget(uid),
+        }
+    }
+
+    /// Records what a pod just read or written holds, for the scheduler's totals.
+    fn account(&mut self, pod: &Value) {
+        let uid = meta(pod, "uid");
+        let group = self.pods.get(uid).and_then(Tracked::group);
+        self.usage.set(uid, Share::of(pod, group));
+    }
+
+    /// Makes sure the loop wakes when the pod's timer or next log line is due.
+    fn arm(&mut self, uid: &str) {
+        let Some(t) = self.pods.get(uid) else {
+            return;
+        };
+        let step = match &t.stage {
+            Stage::Bound {
+                timer: Some((at, _)),
+                ..
+            } => Some(*at),
+            _ => None,
+        };
+        for at in [step, t.log.tick.map(|(at, _, _)| at)]
+            .into_iter()
+            .flatten()
+        {
+            self.wakeups.push(Reverse((at, uid.to_owned())));
         }
     }
 
@@ -654,6 +692,7 @@ impl Kubelet {
     /// has one member less, its logs go.
     fn forget(&mut self, uid: &str) {
         self.store.logs().remove_pod(uid);
+        self.usage.set(uid, None);
         let Some(t) = self.pods.remove(uid) else {
             return;
         };
@@ -783,7 +822,7 @@ impl Kubelet {
         }
     }
 
-    fn on_group(&mut self, group: Value) {
+    fn on_group(&mut self, group: Arc<Value>) {
         self.seq += 1;
         let seq = self.seq;
         let Some(gang) = &mut self.gang else {
@@ -1000,24 +1039,13 @@ impl Kubelet {
         };
         self.write_logs(uid, &events);
         self.write_sim(uid);
+        self.arm(uid);
     }
 
     /// The earliest timer of any pod, or of a coscheduled group's wait at permit.
     fn next_deadline(&self) -> Option<Instant> {
-        let pods = self.pods.values().flat_map(|t| {
-            let step = match &t.stage {
-                Stage::Bound {
-                    timer: Some((at, _)),
-                    ..
-                } => Some(*at),
-                _ => None,
-            };
-            // The main container's next scripted log line.
-            [step, t.log.tick.map(|(at, _, _)| at)]
-                .into_iter()
-                .flatten()
-        });
-        pods.chain(self.permit_deadlines()).min()
+        let pods = self.wakeups.peek().map(|Reverse((at, _))| *at);
+        pods.into_iter().chain(self.permit_deadlines()).min()
     }
 
     /// When each coscheduled group waiting at permit times out.
@@ -1030,25 +1058,33 @@ impl Kubelet {
 
     /// Runs every timer due by `now`.
     fn fire(&mut self, now: Instant) {
-        let due: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, t)| {
-                matches!(&t.stage, Stage::Bound { timer: Some((at, _)), .. } if *at <= now)
-            })
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in due {
-            self.step(&uid);
+        let mut woken = Vec::new();
+        while let Some(Reverse((at, _))) = self.wakeups.peek()
+            && *at <= now
+        {
+            if let Some(Reverse((_, uid))) = self.wakeups.pop() {
+                woken.push(uid);
+            }
         }
-        let ticks: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, t)| t.log.tick.is_some_and(|(at, _, _)| at <= now))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in ticks {
-            self.tick_log(&uid);
+        woken.sort();
+        woken.dedup();
+        // Steps first, then log lines, as before: a run that ends takes its ticks along.
+        for uid in &woken {
+            if self.pods.get(uid).is_some_and(
+                |t| matches!(&t.stage, Stage::Bound { timer: Some((at, _)), .. } if *at <= now),
+            ) {
+                self.step(uid);
+            }
+        }
+        for uid in &woken {
+            if self
+                .pods
+                .get(uid)
+                .is_some_and(|t| t.log.tick.is_some_and(|(at, _, _)| at <= now))
+            {
+                self.tick_log(uid);
+            }
+            self.arm(uid);
         }
         // A wait at permit ran out: the next pass rejects the group's members.
         if self.permit_deadlines().any(|at| at <= now) {
@@ -1228,13 +1264,20 @@ impl Kubelet {
                     return;
                 }
             };
-            let mut body = current.clone();
-            body["status"] = render(current.get("status"));
+            // A status write reads the body's status and resourceVersion alone: no copy of
+            // the pod.
+            let body = json!({
+                "metadata": {"name": name, "resourceVersion": meta(&current, "resourceVersion")},
+                "status": render(current.get("status")),
+            });
             match self
                 .store
                 .replace(&self.pods_t, Some(&ns), &name, body, true)
             {
-                Ok(_) => return,
+                Ok(written) => {
+                    self.account(&written);
+                    return;
+                }
                 Err(e) if e.reason == "Conflict" => continue,
                 Err(e) => {
                     tracing::warn!(pod = name, namespace = ns, error = %e, "cannot write pod status");
@@ -1289,20 +1332,21 @@ impl Kubelet {
             return visited;
         }
         waiting.sort();
-        let mut views: Vec<NodeView> = self.nodes.iter().map(|n| n.view.clone()).collect();
-        // What each group's bound pods use, for Volcano's reservations and the coscheduling
-        // resource check; taken from the same list as the nodes' usage.
-        let mut group_usage: HashMap<GroupKey, Resources> = HashMap::new();
-        let (pods, _) = self.store.list(&self.pods_t, None);
-        for pod in pods.iter().filter(|p| !finished(p)) {
-            if let Some(i) = node_name(pod).and_then(|n| self.is_ours(n)) {
-                let requests = schedule::pod_requests(pod);
-                schedule::add_usage(&mut views[i], &requests);
-                if let Some(key) = self.pods.get(meta(pod, "uid")).and_then(Tracked::group) {
-                    gang::add(group_usage.entry(key).or_default(), &requests);
+        let mut views: Vec<NodeView> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut view = n.view.clone();
+                if let Some(total) = self.usage.node(&view.name) {
+                    view.used.clone_from(&total.used);
+                    view.pods = total.pods;
                 }
-            }
-        }
+                view
+            })
+            .collect();
+        // What each group's bound pods use on the nodes served here, for Volcano's
+        // reservations and the coscheduling resource check.
+        let group_usage = self.usage.groups(|node| self.is_ours(node).is_some());
         if admitting {
             self.admit(&views, &group_usage);
         }
@@ -1339,7 +1383,7 @@ impl Kubelet {
 
     /// The stored pod of a tracked uid, if it still waits for a node. Gone, replaced or bound
     /// meanwhile: its own event says what to do.
-    fn waiting_pod(&self, uid: &str) -> Option<Value> {
+    fn waiting_pod(&self, uid: &str) -> Option<Arc<Value>> {
         let t = self.pods.get(uid)?;
         self.store
             .get(&self.pods_t, Some(&t.namespace), &t.name)
@@ -1355,15 +1399,17 @@ impl Kubelet {
             return;
         }
         schedule::add_usage(&mut views[i], &schedule::pod_requests(pod));
-        // Bind changed the object: start from the stored one.
-        let bound = self
-            .store
-            .get(
-                &self.pods_t,
-                Some(meta(pod, "namespace")),
-                meta(pod, "name"),
-            )
-            .unwrap_or_else(|_| pod.clone());
+        // Bind changed the object: start from the stored one, which the totals count from
+        // now on (its event comes later).
+        let bound = match self.store.get(
+            &self.pods_t,
+            Some(meta(pod, "namespace")),
+            meta(pod, "name"),
+        ) {
+            Ok(bound) => bound,
+            Err(_) => return,
+        };
+        self.account(&bound);
         self.start(uid, &bound, i);
     }
 
@@ -1426,7 +1472,7 @@ impl Kubelet {
             })
             .collect();
         uids.sort();
-        let waiting: Vec<(String, Value)> = uids
+        let waiting: Vec<(String, Arc<Value>)> = uids
             .into_iter()
             .filter_map(|(_, uid)| Some((uid.clone(), self.waiting_pod(&uid)?)))
             .collect();
@@ -1463,7 +1509,7 @@ impl Kubelet {
             members,
             own_usage: group_usage.get(key).unwrap_or(&none),
         };
-        let pods: Vec<&Value> = waiting.iter().map(|(_, p)| p).collect();
+        let pods: Vec<&Value> = waiting.iter().map(|(_, p)| &**p).collect();
         let decision = gang::decide(&group, &pods, views);
         let blocked = match decision {
             Decision::Together(placement) => {
@@ -1589,7 +1635,7 @@ impl Kubelet {
                     // Only read on the way out of Pending: the pods are fetched then alone.
                     let owners = (group_phase(&entry.object) == "Pending")
                         .then(|| self.member_pods(&key))
-                        .map(|pods| gang::occupied_by(&pods));
+                        .map(|pods| gang::occupied_by(pods.iter().map(|p| &**p)));
                     gang::coscheduling_status(
                         previous.as_ref(),
                         min,
@@ -1606,7 +1652,7 @@ impl Kubelet {
     }
 
     /// The stored member pods of a group.
-    fn member_pods(&self, key: &GroupKey) -> Vec<Value> {
+    fn member_pods(&self, key: &GroupKey) -> Vec<Arc<Value>> {
         let Some(uids) = self.gang.as_ref().and_then(|g| g.members.get(key)) else {
             return Vec::new();
         };
@@ -1630,8 +1676,10 @@ impl Kubelet {
             let Ok(current) = self.store.get(&groups_t, Some(&key.0), &key.1) else {
                 return;
             };
-            let mut body = current.clone();
-            body["status"] = render(current.get("status"));
+            let body = json!({
+                "metadata": {"name": key.1, "resourceVersion": meta(&current, "resourceVersion")},
+                "status": render(current.get("status")),
+            });
             match self
                 .store
                 .replace(&groups_t, Some(&key.0), &key.1, body, true)
@@ -1655,7 +1703,7 @@ impl Kubelet {
     }
 
     /// Sets `spec.nodeName`, as the binding subresource does.
-    fn bind(&self, pod: &Value, node: &str) -> Result<Value, ApiError> {
+    fn bind(&self, pod: &Value, node: &str) -> Result<Arc<Value>, ApiError> {
         self.store.patch(
             &self.pods_t,
             Some(meta(pod, "namespace")),
@@ -1663,5 +1711,93 @@ impl Kubelet {
             Patch::Merge(json!({"spec": {"nodeName": node}})),
             false,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::DeleteOptions;
+
+    /// Hands every event received so far to the kubelet and runs a scheduling pass, as its
+    /// loop does.
+    fn drain(k: &mut Kubelet, rx: &mut tokio::sync::broadcast::Receiver<WatchEvent>) {
+        while let Ok(e) = rx.try_recv() {
+            if e.resource == k.pods_t.key() {
+                k.on_event(&e);
+            }
+            k.schedule();
+        }
+    }
+
+    fn recount(k: &Kubelet) -> Usage {
+        let (pods, _) = k.store.list(&k.pods_t, None);
+        Usage::recount(pods.iter().map(|p| &**p), |uid| {
+            k.pods.get(uid).and_then(Tracked::group)
+        })
+    }
+
+    fn pod(name: &str, cpu: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "annotations": {"sim.tfjob.dev/duration": "1h"}},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+        })
+    }
+
+    #[tokio::test]
+    async fn the_schedulers_running_totals_match_a_full_recount() {
+        let store = Store::new();
+        let config = KubeletConfig {
+            nodes: 2,
+            cpu: "4".into(),
+            ..KubeletConfig::default()
+        };
+        let mut k = Kubelet::new(Arc::clone(&store), config).unwrap();
+        k.register_nodes();
+        let mut rx = k.resync();
+        let pods_t = k.pods_t.clone();
+        for i in 0..12 {
+            store
+                .create(
+                    &pods_t,
+                    Some("ns"),
+                    pod(&format!("p{i}"), ["1", "1500m", "500m"][i % 3]),
+                )
+                .unwrap();
+            drain(&mut k, &mut rx);
+            assert_eq!(k.usage, recount(&k), "after creating p{i}");
+        }
+        let bound = store.count(&pods_t, None, |p| node_name(p).is_some());
+        assert!(
+            (4..12).contains(&bound),
+            "some fit, some wait: {bound} bound"
+        );
+        // Finishing and deleting pods frees their share; waiting pods take it.
+        for name in ["p0", "p1"] {
+            let current = store.get(&pods_t, Some("ns"), name).unwrap();
+            let mut done = (*current).clone();
+            done["status"]["phase"] = json!("Succeeded");
+            store
+                .replace(&pods_t, Some("ns"), name, done, true)
+                .unwrap();
+            drain(&mut k, &mut rx);
+            assert_eq!(k.usage, recount(&k), "after {name} finished");
+        }
+        for name in ["p2", "p3", "p11"] {
+            store
+                .delete(&pods_t, Some("ns"), name, &DeleteOptions::default())
+                .unwrap();
+            drain(&mut k, &mut rx);
+            assert_eq!(k.usage, recount(&k), "after deleting {name}");
+        }
+        assert!(
+            store.count(&pods_t, None, |p| node_name(p).is_some()) > bound - 3,
+            "freed places were given to waiting pods"
+        );
+        // A relist rebuilds the same totals.
+        let before = std::mem::take(&mut k.usage);
+        let _rx = k.resync();
+        assert_eq!(k.usage, before);
     }
 }

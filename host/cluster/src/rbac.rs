@@ -18,6 +18,7 @@
 //! delete resource "pods" in API group "" in the namespace "ns"`), because clients and people
 //! match on it.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
@@ -448,22 +449,22 @@ fn discovery_rule() -> PolicyRule {
 impl Policy {
     /// The policy of the stored objects (each list holds the objects of one kind). Objects
     /// that cannot be read grant nothing and are returned with why.
-    pub fn from_objects(
-        cluster_roles: &[Value],
-        cluster_role_bindings: &[Value],
-        roles: &[Value],
-        role_bindings: &[Value],
+    pub fn from_objects<O: Borrow<Value>>(
+        cluster_roles: &[O],
+        cluster_role_bindings: &[O],
+        roles: &[O],
+        role_bindings: &[O],
     ) -> (Policy, Vec<ObjectError>) {
         let mut errors = Vec::new();
         let mut policy = Policy::default();
         for obj in cluster_roles {
-            match Role::from_object("ClusterRole", obj) {
+            match Role::from_object("ClusterRole", obj.borrow()) {
                 Ok(r) => policy.add_cluster_role(r),
                 Err(e) => errors.push(e),
             }
         }
         for obj in roles {
-            match Role::from_object("Role", obj) {
+            match Role::from_object("Role", obj.borrow()) {
                 Ok(r) => policy.add_role(r),
                 Err(e) => errors.push(e),
             }
@@ -473,7 +474,7 @@ impl Policy {
             ("RoleBinding", role_bindings),
         ] {
             for obj in objs {
-                match Binding::from_object(kind, obj) {
+                match Binding::from_object(kind, obj.borrow()) {
                     Ok(b) => policy.add_binding(b),
                     Err(e) => errors.push(e),
                 }

@@ -325,7 +325,7 @@ async fn handle(
             return watch(&server.store, &target, &query, table);
         }
         (&Method::GET, None) if table => list(&server.store, &target, &query)
-            .map(|(code, l)| (code, list_as_table(&target.t, &l))),
+            .map(|(code, l)| (code, Arc::new(list_as_table(&target.t, &l)))),
         (&Method::GET, None) => list(&server.store, &target, &query),
         (&Method::GET, Some(name)) => server
             .store
@@ -334,7 +334,11 @@ async fn handle(
                 if table {
                     (
                         200,
-                        crate::table::table(&target.t, &[o], server.store.resource_version()),
+                        Arc::new(crate::table::table(
+                            &target.t,
+                            &[o],
+                            server.store.resource_version(),
+                        )),
                     )
                 } else {
                     (200, o)
@@ -502,10 +506,10 @@ fn list(
     store: &Store,
     target: &Target,
     query: &HashMap<String, String>,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Arc<Value>), ApiError> {
     let (labels, fields) = selectors(query)?;
     let (items, rv) = store.list(&target.t, target.namespace.as_deref());
-    let items: Vec<Value> = items
+    let items: Vec<Arc<Value>> = items
         .into_iter()
         .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
         .collect();
@@ -520,7 +524,13 @@ fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let page: Vec<Value> = items.iter().skip(offset).take(limit).cloned().collect();
+    // The one copy of a list: the answer is a new document holding the items.
+    let page: Vec<Value> = items
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|o| (**o).clone())
+        .collect();
     let next = offset + page.len();
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if next < items.len() {
@@ -529,16 +539,16 @@ fn list(
     }
     Ok((
         200,
-        json!({
+        Arc::new(json!({
             "apiVersion": target.t.api_version(),
             "kind": format!("{}List", target.t.kind),
             "metadata": metadata,
             "items": page,
-        }),
+        })),
     ))
 }
 
-fn create(store: &Store, target: &Target, body: &Bytes) -> Result<(u16, Value), ApiError> {
+fn create(store: &Store, target: &Target, body: &Bytes) -> Result<(u16, Arc<Value>), ApiError> {
     let obj = parse_body(body)?;
     store
         .create(&target.t, target.namespace.as_deref(), obj)
@@ -552,7 +562,7 @@ fn patch(
     headers: &HeaderMap,
     query: &HashMap<String, String>,
     body: &Bytes,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Arc<Value>), ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -624,7 +634,7 @@ fn delete_collection(
     target: &Target,
     body: &Bytes,
     query: &HashMap<String, String>,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, Arc<Value>), ApiError> {
     let opts = DeleteOptions {
         uid: None,
         resource_version: None,
@@ -644,9 +654,12 @@ fn delete_collection(
             Err(e) => return Err(e),
         }
     }
+    let deleted: Vec<&Value> = deleted.iter().map(|o| &**o).collect();
     Ok((
         200,
-        json!({"apiVersion": target.t.api_version(), "kind": format!("{}List", target.t.kind), "metadata": {}, "items": deleted}),
+        Arc::new(
+            json!({"apiVersion": target.t.api_version(), "kind": format!("{}List", target.t.kind), "metadata": {}, "items": deleted}),
+        ),
     ))
 }
 
@@ -704,13 +717,16 @@ fn mirror_event(store: &Store, event: &Value) {
 }
 
 fn watch_line(e: &WatchEvent, table_of: Option<&ResourceType>) -> Bytes {
-    let object = match table_of {
-        Some(t) => crate::table::table(t, std::slice::from_ref(&e.object), e.rv),
-        None => e.object.clone(),
-    };
-    let mut line = json!({"type": e.type_.as_str(), "object": object}).to_string();
-    line.push('\n');
-    Bytes::from(line)
+    match table_of {
+        Some(t) => {
+            let object = crate::table::table(t, std::slice::from_ref(&*e.object), e.rv);
+            let mut line = json!({"type": e.type_.as_str(), "object": object}).to_string();
+            line.push('\n');
+            Bytes::from(line)
+        }
+        // Encoded once per event, whoever watches.
+        None => e.json_line(),
+    }
 }
 
 fn watch(
@@ -738,13 +754,13 @@ fn watch(
             .into_iter()
             .filter(|o| matches(o))
             .map(|o| {
-                let e = WatchEvent {
+                let e = WatchEvent::new(
                     rv,
-                    resource: target.t.key(),
-                    namespace: String::new(),
-                    type_: crate::store::EventType::Added,
-                    object: o,
-                };
+                    target.t.key(),
+                    String::new(),
+                    crate::store::EventType::Added,
+                    o,
+                );
                 watch_line(&e, table_of.as_ref())
             })
             .collect();

@@ -6,9 +6,17 @@
 //! ownerReference garbage collection with background, foreground and orphan propagation (done
 //! synchronously under the store's lock, where a real cluster's garbage collector works
 //! asynchronously; watchers see the same sequence of events).
+//!
+//! Objects are stored as `Arc<Value>` and never changed in place: a write stores a new value,
+//! and a get, a list, the history and every watcher share the stored one instead of copying it
+//! (at thousands of pods, deep copies of JSON maps were most of the simulator's time). Owner
+//! and uid lookups (garbage collection, foreground deletion) go through indexes kept beside the
+//! objects, not a scan of every object.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::body::Bytes;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -193,7 +201,45 @@ pub struct WatchEvent {
     pub resource: String,
     pub namespace: String,
     pub type_: EventType,
-    pub object: Value,
+    pub object: Arc<Value>,
+    /// The event as a JSON watch line, encoded by the first watcher that sends it and shared
+    /// by the others, as the API server's watch cache serialises an event once.
+    line: Arc<OnceLock<Bytes>>,
+}
+
+impl WatchEvent {
+    pub fn new(
+        rv: u64,
+        resource: String,
+        namespace: String,
+        type_: EventType,
+        object: Arc<Value>,
+    ) -> WatchEvent {
+        WatchEvent {
+            rv,
+            resource,
+            namespace,
+            type_,
+            object,
+            line: Arc::default(),
+        }
+    }
+
+    /// `{"type":...,"object":...}` and a newline, as a JSON watch stream sends the event.
+    pub fn json_line(&self) -> Bytes {
+        self.line
+            .get_or_init(|| {
+                let mut line = Vec::with_capacity(256);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(self.type_.as_str().as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                // Writing a `Value` into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut line, &*self.object);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            })
+            .clone()
+    }
 }
 
 /// Admission check of a resource type: `Err(message)` rejects a create or update as `Invalid`.
@@ -258,13 +304,60 @@ type Key = (String, String, String);
 struct Inner {
     rv: u64,
     types: BTreeMap<String, ResourceType>,
-    objects: BTreeMap<Key, Value>,
+    /// Only [`Inner::put`] and [`Inner::take`] change it, so the indexes below stay exact.
+    objects: BTreeMap<Key, Arc<Value>>,
+    /// Where the object with a uid is stored.
+    by_uid: HashMap<String, Key>,
+    /// The objects whose ownerReferences name a uid (the owner may be gone already).
+    dependents: HashMap<String, BTreeSet<Key>>,
     history: VecDeque<WatchEvent>,
     /// The oldest resourceVersion a watch may resume from.
     compacted: u64,
     validators: HashMap<String, Validator>,
     /// The compiled CEL rules and bounds of each CRD-served type's schema.
     admission: HashMap<String, Arc<SchemaRules>>,
+}
+
+impl Inner {
+    /// Stores `obj` under `key`, replacing what was there, and indexes it.
+    fn put(&mut self, key: Key, obj: Arc<Value>) {
+        self.unindex(&key);
+        if let Some(uid) = meta(&obj, "uid") {
+            self.by_uid.insert(uid, key.clone());
+        }
+        for owner in owner_uids(&obj) {
+            self.dependents
+                .entry(owner)
+                .or_default()
+                .insert(key.clone());
+        }
+        self.objects.insert(key, obj);
+    }
+
+    /// Removes the object under `key`, with its index entries.
+    fn take(&mut self, key: &Key) -> Option<Arc<Value>> {
+        self.unindex(key);
+        self.objects.remove(key)
+    }
+
+    fn unindex(&mut self, key: &Key) {
+        let Some(old) = self.objects.get(key) else {
+            return;
+        };
+        if let Some(uid) = meta(old, "uid")
+            && self.by_uid.get(&uid) == Some(key)
+        {
+            self.by_uid.remove(&uid);
+        }
+        for owner in owner_uids(old) {
+            if let Some(set) = self.dependents.get_mut(&owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
 }
 
 /// The object store. Every mutation happens under one lock and is broadcast while the lock is
@@ -316,6 +409,8 @@ impl Store {
                 rv: 1,
                 types: BTreeMap::new(),
                 objects: BTreeMap::new(),
+                by_uid: HashMap::new(),
+                dependents: HashMap::new(),
                 history: VecDeque::new(),
                 compacted: 1,
                 validators: HashMap::new(),
@@ -402,15 +497,9 @@ impl Store {
         t: &ResourceType,
         ns: &str,
         type_: EventType,
-        object: Value,
+        object: Arc<Value>,
     ) {
-        let event = WatchEvent {
-            rv: inner.rv,
-            resource: t.key(),
-            namespace: ns.to_owned(),
-            type_,
-            object,
-        };
+        let event = WatchEvent::new(inner.rv, t.key(), ns.to_owned(), type_, object);
         inner.history.push_back(event.clone());
         while inner.history.len() > HISTORY {
             if let Some(old) = inner.history.pop_front() {
@@ -465,7 +554,7 @@ impl Store {
         t: &ResourceType,
         ns: Option<&str>,
         mut obj: Value,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -508,8 +597,9 @@ impl Store {
         m.insert("resourceVersion".into(), json!(rv.to_string()));
         m.insert("generation".into(), json!(1));
         m.remove("deletionTimestamp");
-        inner.objects.insert(key.clone(), obj.clone());
-        self.record(&mut inner, t, &key.1, EventType::Added, obj.clone());
+        let obj = Arc::new(obj);
+        inner.put(key.clone(), Arc::clone(&obj));
+        self.record(&mut inner, t, &key.1, EventType::Added, Arc::clone(&obj));
         // The garbage collector's rule for a dependent whose owners are all gone already (a
         // controller acting on a stale cache created it after the owner's deletion): it is
         // collected at once, so nothing outlives its owner.
@@ -517,13 +607,18 @@ impl Store {
         let owners: Vec<&Value> = owner_references(&obj).collect();
         if !owners.is_empty() && owners.iter().all(|r| !owner_standing(&inner, &key.1, r)) {
             // Removing it also lets an owner waiting in foreground deletion go.
-            self.delete_locked(&mut inner, &key, obj.clone(), Propagation::Background);
+            self.delete_locked(&mut inner, &key, Arc::clone(&obj), Propagation::Background);
         }
         Ok(obj)
     }
 
     /// Reads an object.
-    pub fn get(&self, t: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    pub fn get(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
         self.lock()
             .objects
             .get(&Self::key(t, ns, name))
@@ -532,9 +627,9 @@ impl Store {
     }
 
     /// Lists objects of a type (in one namespace, or all), with the list's resourceVersion.
-    pub fn list(&self, t: &ResourceType, ns: Option<&str>) -> (Vec<Value>, u64) {
+    pub fn list(&self, t: &ResourceType, ns: Option<&str>) -> (Vec<Arc<Value>>, u64) {
         let inner = self.lock();
-        let items = Self::of_type(&inner, t, ns).map(Value::clone).collect();
+        let items = Self::of_type(&inner, t, ns).map(Arc::clone).collect();
         (items, inner.rv)
     }
 
@@ -555,7 +650,7 @@ impl Store {
         inner: &'a Inner,
         t: &ResourceType,
         ns: Option<&'a str>,
-    ) -> impl Iterator<Item = &'a Value> + 'a {
+    ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
         let tk = t.key();
         let namespaced = t.namespaced;
         let start = (tk.clone(), String::new(), String::new());
@@ -575,7 +670,7 @@ impl Store {
         name: &str,
         body: Value,
         status_only: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         self.replace_locked(&mut inner, t, ns, name, body, status_only, true)
     }
@@ -590,7 +685,7 @@ impl Store {
         body: Value,
         status_only: bool,
         check_rv: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -618,7 +713,7 @@ impl Store {
             )));
         }
         let mut next = if status_only {
-            let mut next = current.clone();
+            let mut next = (*current).clone();
             next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
             next
         } else {
@@ -662,14 +757,7 @@ impl Store {
         }
         next["apiVersion"] = json!(t.api_version());
         next["kind"] = json!(t.kind);
-        if next == {
-            let mut c = current.clone();
-            c["metadata"]["resourceVersion"] = next["metadata"]
-                .get("resourceVersion")
-                .cloned()
-                .unwrap_or(Value::Null);
-            c
-        } {
+        if same_but_resource_version(&current, &next) {
             // A no-op update does not move the resourceVersion, as on a real server.
             return Ok(current);
         }
@@ -680,8 +768,9 @@ impl Store {
         inner.rv += 1;
         let rv = inner.rv;
         meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
-        inner.objects.insert(key.clone(), next.clone());
-        self.record(inner, t, &key.1, EventType::Modified, next.clone());
+        let next = Arc::new(next);
+        inner.put(key.clone(), Arc::clone(&next));
+        self.record(inner, t, &key.1, EventType::Modified, Arc::clone(&next));
         // A dependent that no longer blocks (or names) an owner in foreground deletion may be
         // the last thing the owner waited for.
         if current.pointer("/metadata/ownerReferences") != next.pointer("/metadata/ownerReferences")
@@ -703,7 +792,7 @@ impl Store {
         name: &str,
         patch: Patch,
         status_only: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         let key = Self::key(t, ns, name);
         let Some(current) = inner.objects.get(&key).cloned() else {
@@ -715,7 +804,7 @@ impl Store {
             }
             return Err(ApiError::not_found(&t.plural, name));
         };
-        let mut next = current.clone();
+        let mut next = (*current).clone();
         let check_rv = match patch {
             Patch::Merge(p) => {
                 let check = p.pointer("/metadata/resourceVersion").is_some();
@@ -745,7 +834,7 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         opts: &DeleteOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         let key = Self::key(t, ns, name);
         let current = inner
@@ -776,9 +865,9 @@ impl Store {
         &self,
         inner: &mut Inner,
         key: &Key,
-        current: Value,
+        current: Arc<Value>,
         propagation: Propagation,
-    ) -> Value {
+    ) -> Arc<Value> {
         // Deleting what is already being deleted changes nothing, as on a real server.
         if current.pointer("/metadata/deletionTimestamp").is_some() {
             return current;
@@ -801,7 +890,7 @@ impl Store {
                 if has_finalizers(&current) {
                     self.mark_deleted(inner, key, current, None)
                 } else {
-                    self.remove(inner, key, current)
+                    self.remove(inner, key, Arc::unwrap_or_clone(current))
                 }
             }
         }
@@ -812,9 +901,10 @@ impl Store {
         &self,
         inner: &mut Inner,
         key: &Key,
-        mut obj: Value,
+        obj: Arc<Value>,
         finalizer: Option<&str>,
-    ) -> Value {
+    ) -> Arc<Value> {
+        let mut obj = Arc::unwrap_or_clone(obj);
         inner.rv += 1;
         let rv = inner.rv;
         let m = meta_mut(&mut obj);
@@ -828,28 +918,30 @@ impl Store {
                 list.push(json!(f));
             }
         }
-        self.store_modified(inner, key, obj.clone());
+        let obj = Arc::new(obj);
+        self.store_modified(inner, key, Arc::clone(&obj));
         obj
     }
 
     /// Stores a changed object and tells the watchers.
-    fn store_modified(&self, inner: &mut Inner, key: &Key, obj: Value) {
+    fn store_modified(&self, inner: &mut Inner, key: &Key, obj: Arc<Value>) {
         let Some(t) = inner.types.get(&key.0).cloned() else {
             return;
         };
-        inner.objects.insert(key.clone(), obj.clone());
+        inner.put(key.clone(), Arc::clone(&obj));
         self.record(inner, &t, &key.1, EventType::Modified, obj);
     }
 
     /// Removes an object now (its last state is `last`), garbage-collects its dependents in
     /// the background, and lets owners waiting for it in foreground deletion go.
-    fn remove(&self, inner: &mut Inner, key: &Key, mut last: Value) -> Value {
+    fn remove(&self, inner: &mut Inner, key: &Key, mut last: Value) -> Arc<Value> {
         inner.rv += 1;
         let rv = inner.rv;
         meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
-        inner.objects.remove(key);
+        inner.take(key);
+        let last = Arc::new(last);
         if let Some(t) = inner.types.get(&key.0).cloned() {
-            self.record(inner, &t, &key.1, EventType::Deleted, last.clone());
+            self.record(inner, &t, &key.1, EventType::Deleted, Arc::clone(&last));
         }
         let uid = meta(&last, "uid").unwrap_or_default();
         for dependent in dependents(inner, &uid) {
@@ -895,7 +987,8 @@ impl Store {
         }
     }
 
-    fn drop_owner_reference(&self, inner: &mut Inner, key: &Key, mut obj: Value, owner_uid: &str) {
+    fn drop_owner_reference(&self, inner: &mut Inner, key: &Key, obj: Arc<Value>, owner_uid: &str) {
+        let mut obj = Arc::unwrap_or_clone(obj);
         inner.rv += 1;
         let rv = inner.rv;
         let m = meta_mut(&mut obj);
@@ -906,7 +999,7 @@ impl Store {
             }
         }
         m.insert("resourceVersion".into(), json!(rv.to_string()));
-        self.store_modified(inner, key, obj);
+        self.store_modified(inner, key, Arc::new(obj));
     }
 
     /// An owner in foreground deletion goes once no dependent blocks it: the
@@ -922,16 +1015,18 @@ impl Store {
             return;
         }
         let uid = meta(&owner, "uid").unwrap_or_default();
-        let blocked = inner.objects.values().any(|o| {
-            owner_references(o).any(|r| {
-                r.get("uid").and_then(Value::as_str) == Some(uid.as_str())
-                    && r.get("blockOwnerDeletion") == Some(&Value::Bool(true))
+        let blocked = dependents(inner, &uid).iter().any(|k| {
+            inner.objects.get(k).is_some_and(|o| {
+                owner_references(o).any(|r| {
+                    r.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                        && r.get("blockOwnerDeletion") == Some(&Value::Bool(true))
+                })
             })
         });
         if blocked {
             return;
         }
-        let mut next = owner;
+        let mut next = Arc::unwrap_or_clone(owner);
         if let Some(list) = next
             .pointer_mut("/metadata/finalizers")
             .and_then(Value::as_array_mut)
@@ -942,7 +1037,7 @@ impl Store {
             inner.rv += 1;
             let rv = inner.rv;
             meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
-            self.store_modified(inner, key, next);
+            self.store_modified(inner, key, Arc::new(next));
         } else {
             self.remove(inner, key, next);
         }
@@ -983,7 +1078,7 @@ impl Store {
             inner
                 .objects
                 .iter()
-                .map(|((t, _, _), v)| (t.clone(), v.clone()))
+                .map(|((t, _, _), v)| (t.clone(), (**v).clone()))
                 .collect(),
         )
     }
@@ -997,9 +1092,7 @@ impl Store {
             };
             let name = meta(&obj, "name").unwrap_or_default();
             let ns = meta(&obj, "namespace");
-            inner
-                .objects
-                .insert(Self::key(&t, ns.as_deref(), &name), obj);
+            inner.put(Self::key(&t, ns.as_deref(), &name), Arc::new(obj));
         }
         inner.rv = inner.rv.max(rv);
         inner.compacted = inner.rv;
@@ -1059,28 +1152,52 @@ fn owner_standing(inner: &Inner, namespace: &str, reference: &Value) -> bool {
         })
 }
 
-/// The objects whose ownerReferences name `uid`.
+/// The objects whose ownerReferences name `uid`, in key order.
 fn dependents(inner: &Inner, uid: &str) -> Vec<Key> {
     if uid.is_empty() {
         return Vec::new();
     }
     inner
-        .objects
-        .iter()
-        .filter(|(_, o)| {
-            owner_references(o).any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-        })
-        .map(|(k, _)| k.clone())
-        .collect()
+        .dependents
+        .get(uid)
+        .map(|set| set.iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Where the object with `uid` is stored, if it still is.
 fn key_of_uid(inner: &Inner, uid: &str) -> Option<Key> {
-    inner
-        .objects
-        .iter()
-        .find(|(_, o)| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
-        .map(|(k, _)| k.clone())
+    inner.by_uid.get(uid).cloned()
+}
+
+/// Whether `next` equals `current` but for `metadata.resourceVersion` (a no-op update),
+/// compared without copying either.
+fn same_but_resource_version(current: &Value, next: &Value) -> bool {
+    let (Some(c), Some(n)) = (current.as_object(), next.as_object()) else {
+        return current == next;
+    };
+    if c.len() != n.len() {
+        return false;
+    }
+    c.iter().all(|(k, cv)| match (k.as_str(), n.get(k)) {
+        ("metadata", Some(nv)) => match (cv.as_object(), nv.as_object()) {
+            (Some(cm), Some(nm)) => {
+                let others = |m: &'_ Map<String, Value>| {
+                    m.iter().filter(|(k, _)| *k != "resourceVersion").count()
+                };
+                // Without a resourceVersion the body is not the stored object read back:
+                // treated as a change, as before this comparison avoided the copy.
+                nm.contains_key("resourceVersion")
+                    && others(cm) == others(nm)
+                    && cm
+                        .iter()
+                        .filter(|(k, _)| *k != "resourceVersion")
+                        .all(|(k, v)| nm.get(k) == Some(v))
+            }
+            _ => cv == nv,
+        },
+        (_, Some(nv)) => cv == nv,
+        (_, None) => false,
+    })
 }
 
 /// Records `manager` as the owner of the fields of its applied configuration.
@@ -1171,7 +1288,7 @@ mod tests {
         let s = Store::new();
         let t = pods(&s);
         let p = s.create(&t, Some("ns"), pod("a")).unwrap();
-        let mut status = p.clone();
+        let mut status = (*p).clone();
         status["status"] = json!({"phase": "Running"});
         status["spec"]["containers"][0]["image"] = json!("ignored");
         let after = s.replace(&t, Some("ns"), "a", status, true).unwrap();
@@ -1182,7 +1299,7 @@ mod tests {
         );
         assert_eq!(after["metadata"]["generation"], 1);
         // The original resourceVersion is stale now.
-        let mut update = p.clone();
+        let mut update = (*p).clone();
         update["spec"]["containers"][0]["image"] = json!("j");
         assert_eq!(
             s.replace(&t, Some("ns"), "a", update.clone(), false)
@@ -1274,13 +1391,15 @@ mod tests {
             })
             .collect();
         p["metadata"]["finalizers"] = json!(finalizers);
-        s.create(&pods(s), Some("ns"), p).unwrap()
+        Arc::unwrap_or_clone(s.create(&pods(s), Some("ns"), p).unwrap())
     }
 
     fn config_map(s: &Store, name: &str) -> Value {
         let cm = s.resource("", "configmaps").unwrap();
-        s.create(&cm, Some("ns"), json!({"metadata": {"name": name}}))
-            .unwrap()
+        Arc::unwrap_or_clone(
+            s.create(&cm, Some("ns"), json!({"metadata": {"name": name}}))
+                .unwrap(),
+        )
     }
 
     fn exists(s: &Store, plural: &str, name: &str) -> bool {
@@ -1294,7 +1413,7 @@ mod tests {
             propagation,
             ..DeleteOptions::default()
         };
-        s.delete(&cm, Some("ns"), name, &opts).unwrap()
+        Arc::unwrap_or_clone(s.delete(&cm, Some("ns"), name, &opts).unwrap())
     }
 
     #[test]
@@ -1362,6 +1481,120 @@ mod tests {
         assert!(
             exists(&s, "pods", "held"),
             "its own finalizer still holds it"
+        );
+    }
+
+    /// The indexes as a scan of every object would compute them.
+    fn assert_indexes_match_a_scan(s: &Store) {
+        let inner = s.lock();
+        let mut by_uid = HashMap::new();
+        let mut dependents: HashMap<String, BTreeSet<Key>> = HashMap::new();
+        for (key, obj) in &inner.objects {
+            if let Some(uid) = meta(obj, "uid") {
+                by_uid.insert(uid, key.clone());
+            }
+            for owner in owner_uids(obj) {
+                dependents.entry(owner).or_default().insert(key.clone());
+            }
+        }
+        assert_eq!(inner.by_uid, by_uid, "uid index");
+        assert_eq!(inner.dependents, dependents, "owner index");
+    }
+
+    #[test]
+    fn owner_and_uid_indexes_follow_every_change() {
+        let s = Store::new();
+        let t = pods(&s);
+        let a = config_map(&s, "a");
+        let b = config_map(&s, "b");
+        owned(&s, "p1", &[(&a, true)], &[]);
+        owned(&s, "p2", &[(&a, true), (&b, false)], &["hold"]);
+        owned(&s, "p3", &[(&b, true)], &[]);
+        assert_indexes_match_a_scan(&s);
+        // A new owner list: p1 moves from a to b.
+        let mut p1 = (*s.get(&t, Some("ns"), "p1").unwrap()).clone();
+        p1["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "name": "b", "uid": b["metadata"]["uid"]}]);
+        s.replace(&t, Some("ns"), "p1", p1, false).unwrap();
+        assert_indexes_match_a_scan(&s);
+        // Owners removed by patch.
+        s.patch(
+            &t,
+            Some("ns"),
+            "p3",
+            Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+            false,
+        )
+        .unwrap();
+        assert_indexes_match_a_scan(&s);
+        // Background deletion of b collects p1, leaves p2 (a stands) without b's reference.
+        delete_with(&s, "b", Propagation::Background);
+        assert!(!exists(&s, "pods", "p1"));
+        assert!(exists(&s, "pods", "p2"));
+        assert_indexes_match_a_scan(&s);
+        // Foreground deletion of a waits on p2's finalizer, then both go.
+        delete_with(&s, "a", Propagation::Foreground);
+        assert_indexes_match_a_scan(&s);
+        s.patch(
+            &t,
+            Some("ns"),
+            "p2",
+            Patch::Merge(json!({"metadata": {"finalizers": []}})),
+            false,
+        )
+        .unwrap();
+        assert!(!exists(&s, "pods", "p2"));
+        assert!(!exists(&s, "configmaps", "a"));
+        assert_indexes_match_a_scan(&s);
+        // A recreated name gets a new uid; the old one is gone from the index.
+        let again = config_map(&s, "a");
+        assert_ne!(again["metadata"]["uid"], a["metadata"]["uid"]);
+        assert_indexes_match_a_scan(&s);
+        // A restore indexes what it brings back.
+        let (rv, objects) = s.snapshot();
+        let restored = Store::new();
+        restored.restore(rv, objects);
+        assert_indexes_match_a_scan(&restored);
+        assert_eq!(restored.lock().by_uid.len(), s.lock().by_uid.len());
+    }
+
+    #[test]
+    fn watchers_and_readers_share_the_stored_object() {
+        let s = Store::new();
+        let t = pods(&s);
+        let (_, mut rx) = s.watch(&t.key(), None, s.resource_version()).unwrap();
+        let created = s.create(&t, Some("ns"), pod("a")).unwrap();
+        let event = rx.try_recv().unwrap();
+        let got = s.get(&t, Some("ns"), "a").unwrap();
+        let (listed, _) = s.list(&t, Some("ns"));
+        assert!(Arc::ptr_eq(&created, &event.object));
+        assert!(Arc::ptr_eq(&created, &got));
+        assert!(Arc::ptr_eq(&created, &listed[0]));
+        // The watch line is encoded once and is the event as JSON.
+        let line = event.json_line();
+        assert!(line.ends_with(b"\n"));
+        let parsed: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(parsed, json!({"type": "ADDED", "object": *created}));
+        assert_eq!(event.clone().json_line().as_ptr(), line.as_ptr());
+    }
+
+    #[test]
+    fn an_update_equal_to_the_stored_object_is_a_no_op() {
+        let s = Store::new();
+        let t = pods(&s);
+        let created = s.create(&t, Some("ns"), pod("a")).unwrap();
+        let rv = s.resource_version();
+        let same = s
+            .replace(&t, Some("ns"), "a", (*created).clone(), false)
+            .unwrap();
+        assert_eq!(s.resource_version(), rv, "no new resourceVersion");
+        assert!(Arc::ptr_eq(&created, &same));
+        let mut changed = (*created).clone();
+        changed["metadata"]["labels"] = json!({"x": "y"});
+        let after = s.replace(&t, Some("ns"), "a", changed, false).unwrap();
+        assert_ne!(
+            after["metadata"]["resourceVersion"],
+            created["metadata"]["resourceVersion"]
         );
     }
 

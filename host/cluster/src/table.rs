@@ -1,6 +1,8 @@
 //! `meta.k8s.io/v1` Table responses, which `kubectl get` asks for: CRD printer columns (so
 //! `kubectl get tfjobs` shows STATE), the usual pod columns, and NAME/AGE for everything else.
 
+use std::borrow::Borrow;
+
 use serde_json::{Value, json};
 
 use crate::store::ResourceType;
@@ -102,7 +104,7 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
 }
 
 /// The table of `objects`.
-pub fn table(t: &ResourceType, objects: &[Value], resource_version: u64) -> Value {
+pub fn table<O: Borrow<Value>>(t: &ResourceType, objects: &[O], resource_version: u64) -> Value {
     let mut columns = vec![column("Name", "string", "name")];
     let is_pod = t.group.is_empty() && t.plural == "pods";
     if is_pod {
@@ -131,6 +133,7 @@ pub fn table(t: &ResourceType, objects: &[Value], resource_version: u64) -> Valu
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
+            let o: &Value = o.borrow();
             let mut cells = vec![o.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
             if is_pod {
                 cells.extend(pod_cells(o));

@@ -86,7 +86,7 @@ impl Cluster {
             .unwrap();
     }
 
-    fn get_group(&self, name: &str) -> Value {
+    fn get_group(&self, name: &str) -> Arc<Value> {
         self.store
             .get(self.groups.as_ref().unwrap(), Some(NS), name)
             .unwrap()
@@ -96,18 +96,18 @@ impl Cluster {
         self.store.create(&self.pods, Some(NS), pod).unwrap();
     }
 
-    fn get(&self, name: &str) -> Value {
+    fn get(&self, name: &str) -> Arc<Value> {
         self.store.get(&self.pods, Some(NS), name).unwrap()
     }
 
     /// Every stored version of the pods and groups so far, oldest first, with their
     /// resourceVersions.
-    fn history(&self, resource: &str) -> Vec<(u64, Value)> {
+    fn history(&self, resource: &str) -> Vec<(u64, Arc<Value>)> {
         let (events, _) = self.store.watch(resource, Some(NS), 1).unwrap();
         events.into_iter().map(|e| (e.rv, e.object)).collect()
     }
 
-    fn pod_history(&self, name: &str) -> Vec<(u64, Value)> {
+    fn pod_history(&self, name: &str) -> Vec<(u64, Arc<Value>)> {
         self.history("/pods")
             .into_iter()
             .filter(|(_, p)| p["metadata"]["name"] == name)

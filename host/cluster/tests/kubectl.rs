@@ -137,7 +137,7 @@ impl Kubectl {
             if let Ok(p) = self.store.get(&pods, Some("default"), name)
                 && done(&p)
             {
-                return p;
+                return Arc::unwrap_or_clone(p);
             }
             assert!(Instant::now() < deadline, "pod {name} never became {what}");
             std::thread::sleep(Duration::from_millis(20));

@@ -79,7 +79,10 @@ impl Cluster {
     }
 
     fn get(&self, name: &str) -> Option<Value> {
-        self.store.get(&self.pods, Some(NS), name).ok()
+        self.store
+            .get(&self.pods, Some(NS), name)
+            .ok()
+            .map(Arc::unwrap_or_clone)
     }
 
     fn delete(&self, name: &str) {
@@ -103,7 +106,7 @@ impl Cluster {
         events
             .into_iter()
             .filter(|e| e.object["metadata"]["name"] == name)
-            .map(|e| e.object)
+            .map(|e| (*e.object).clone())
             .collect()
     }
 }

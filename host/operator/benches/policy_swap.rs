@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
@@ -77,7 +78,8 @@ fn steady_job(i: usize) -> Value {
 
 fn active_digest(store: &Store, name: &str) -> Option<String> {
     let t = store.resource("", "configmaps")?;
-    let cm: ConfigMap = serde_json::from_value(store.get(&t, Some(POLICY_NS), name).ok()?).ok()?;
+    let cm = store.get(&t, Some(POLICY_NS), name).ok()?;
+    let cm = ConfigMap::deserialize(&*cm).ok()?;
     match PolicyStatus::of(&cm)? {
         Ok(PolicyStatus {
             state: PolicyState::Active,
