@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::Client;
+use kube::Resource;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
-use kube::runtime::reflector::Store;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
 use crate::gang::GangCaches;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::owner_index::OwnedCache;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
 
@@ -27,8 +28,9 @@ const MAX_ONCE_KEYS: usize = 100_000;
 /// Everything a reconcile needs.
 pub struct Context {
     pub client: Client,
-    pub pods: Store<Pod>,
-    pub services: Store<Service>,
+    /// Pods and services by their controller owner, read by each reconcile for its job.
+    pub pods: OwnedCache<Pod>,
+    pub services: OwnedCache<Service>,
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub settings: Settings,
@@ -49,8 +51,8 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        pods: Store<Pod>,
-        services: Store<Service>,
+        pods: OwnedCache<Pod>,
+        services: OwnedCache<Service>,
         recorder: Recorder,
         metrics: Metrics,
         settings: Settings,
@@ -86,17 +88,19 @@ impl Context {
         self
     }
 
-    /// Pods whose controller owner is the job with `uid`, with those created but not cached yet.
+    /// Pods whose controller owner is the job with `uid`, with those created but not cached yet,
+    /// by name.
     pub fn pods_of(&self, uid: &str) -> Vec<Pod> {
-        let cached = owned(&self.pods, uid, |p: &Pod| &p.metadata);
-        self.created_pods.merge(uid, cached)
+        by_name(self.created_pods.merge(uid, self.pods.owned_by(uid)))
     }
 
     /// Services whose controller owner is the job with `uid`, with those created but not cached
-    /// yet.
+    /// yet, by name.
     pub fn services_of(&self, uid: &str) -> Vec<Service> {
-        let cached = owned(&self.services, uid, |s: &Service| &s.metadata);
-        self.created_services.merge(uid, cached)
+        by_name(
+            self.created_services
+                .merge(uid, self.services.owned_by(uid)),
+        )
     }
 
     /// Publishes an event on the job, once per once-key. Event failures are logged, never fatal:
@@ -152,32 +156,93 @@ pub fn backoff_for(consecutive_failures: u32) -> Duration {
     BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
 }
 
-fn owned<K>(
-    store: &Store<K>,
-    uid: &str,
-    meta: impl Fn(&K) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Vec<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store
-        .state()
-        .iter()
-        .filter(|o| {
-            meta(o)
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.controller == Some(true) && r.uid == uid)
-        })
-        .map(|o| (**o).clone())
-        .collect()
+/// Sorted by name: the planner does not depend on the order of a job's objects, but a
+/// deterministic one keeps its plans (the order of deletions, of events) reproducible.
+fn by_name<K: Resource>(mut objects: Vec<K>) -> Vec<K> {
+    objects.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    objects
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::{Request, Response};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+    use kube::client::Body;
+    use kube::runtime::events::Reporter;
+    use kube::runtime::watcher;
+    use prometheus_client::registry::Registry;
+    use tfjob_planner::native::NativePolicies;
+
+    use crate::owner_index;
+
+    fn pod(name: &str, job_uid: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ml".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "kubeflow.org/v1".into(),
+                    kind: "TFJob".into(),
+                    name: job_uid.into(),
+                    uid: job_uid.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn names(pods: &[Pod]) -> Vec<&str> {
+        pods.iter()
+            .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn pods_of_reads_the_jobs_own_pods_through_the_index() {
+        // A client that is never called: a lookup is no API request.
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let (pods, mut pod_writer) = owner_index::cache();
+        let (services, _service_writer) = owner_index::cache();
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let ctx = Context::new(
+            client.clone(),
+            pods,
+            services,
+            Recorder::new(client, reporter),
+            Metrics::register(&mut Registry::default()),
+            Settings::default(),
+            Arc::new(NativePolicies::default()),
+        );
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a-worker-1", "a")),
+            watcher::Event::InitApply(pod("b-worker-0", "b")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(pod("a-worker-0", "a")),
+            watcher::Event::Apply(pod("b-worker-1", "b")),
+            watcher::Event::Delete(pod("b-worker-0", "b")),
+        ] {
+            pod_writer.apply_watcher_event(&event);
+        }
+        // Created, not cached yet: counted, and sorted in with the cached ones.
+        ctx.created_pods.remember("a", pod("a-ps-0", "a"));
+        assert_eq!(
+            names(&ctx.pods_of("a")),
+            ["a-ps-0", "a-worker-0", "a-worker-1"]
+        );
+        assert_eq!(names(&ctx.pods_of("b")), ["b-worker-1"]);
+        assert!(ctx.pods_of("c").is_empty());
+        assert!(ctx.services_of("a").is_empty());
+    }
 
     #[test]
     fn backoff_doubles_from_ten_seconds_to_six_minutes() {

@@ -17,6 +17,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod outcome;
+pub mod owner_index;
 pub mod process;
 pub mod progress;
 pub mod recent;
@@ -95,12 +96,13 @@ pub async fn run(
     let owned =
         watcher::Config::default().labels(&format!("{OPERATOR_NAME}={OPERATOR_NAME_VALUE}"));
 
-    let (pod_store, pod_writer) = reflector::store();
-    let pod_stream = reflector(pod_writer, watcher(pods, owned.clone()))
+    // The caches of owned objects keep their index by owner from the same events.
+    let (pod_cache, pod_writer) = owner_index::cache();
+    let pod_stream = owner_index::reflector(pod_writer, watcher(pods, owned.clone()))
         .default_backoff()
         .touched_objects();
-    let (service_store, service_writer) = reflector::store();
-    let service_stream = reflector(service_writer, watcher(services, owned))
+    let (service_cache, service_writer) = owner_index::cache();
+    let service_stream = owner_index::reflector(service_writer, watcher(services, owned))
         .default_backoff()
         .touched_objects();
 
@@ -121,8 +123,8 @@ pub async fn run(
         .map(|scheduler| gang::watch(&client, scheduler, config.namespace.as_deref()));
     let mut ctx = Context::new(
         client.clone(),
-        pod_store.clone(),
-        service_store.clone(),
+        pod_cache.clone(),
+        service_cache.clone(),
         Recorder::new(client, reporter),
         metrics,
         config.settings,
@@ -180,7 +182,11 @@ pub async fn run(
     // Readiness: every cache has been filled once.
     {
         let ready = Arc::clone(&ready);
-        let (p, s, j) = (pod_store, service_store, job_store);
+        let (p, s, j) = (
+            pod_cache.store().clone(),
+            service_cache.store().clone(),
+            job_store,
+        );
         let gang_stores = ctx
             .gang
             .as_ref()

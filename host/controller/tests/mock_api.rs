@@ -14,7 +14,6 @@ use kube::client::Body;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
@@ -22,6 +21,7 @@ use tfjob_api::TFJob;
 use tfjob_api::parse::parse_tfjob_yaml;
 use tfjob_controller::Context;
 use tfjob_controller::metrics::Metrics;
+use tfjob_controller::owner_index::{self, OwnedWriter};
 use tfjob_controller::reconcile::reconcile;
 use tfjob_planner::Settings;
 use tfjob_planner::native::NativePolicies;
@@ -32,15 +32,15 @@ type ApiHandle = Handle<Request<Body>, Response<Body>>;
 struct Fixture {
     ctx: Arc<Context>,
     handle: ApiHandle,
-    pods: Writer<Pod>,
-    services: Writer<Service>,
+    pods: OwnedWriter<Pod>,
+    services: OwnedWriter<Service>,
 }
 
 fn fixture() -> Fixture {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
-    let (pod_store, pods) = reflector::store();
-    let (service_store, services) = reflector::store();
+    let (pod_store, pods) = owner_index::cache();
+    let (service_store, services) = owner_index::cache();
     let mut registry = Registry::default();
     let ctx = Context::new(
         client.clone(),
