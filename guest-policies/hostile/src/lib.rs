@@ -23,7 +23,7 @@
 //! | `stdin`       | reads stdin to its end; annotation `hostile/stdin` = bytes read | `failed("stdin: <n> bytes")` | `running`, reason `stdin` |
 //! | `long-error`  | `failed(<text>)`: `pad` ASCII bytes, then 10 KiB of 2-, 3- and 4-byte characters | same | same |
 //! | `log-flood`   | 100,000 log records of 1,000 empty fields each, then input unchanged | same, then input unchanged | same, then `running` |
-//! | `edit`        | sets the JSON pointer `path` of the pod to `value` (`-` appends to a list) | input unchanged | `running` |
+//! | `edit`        | sets the JSON pointer `path` of the pod to `value` (`-` appends to a list) | input unchanged | `phase` if set, else `running` |
 //! | `verdict`     | input unchanged                       | input unchanged             | a verdict of phase `phase`          |
 //! | `ok`          | input unchanged                       | input unchanged             | `running`                           |
 //!
@@ -117,7 +117,7 @@ struct HostileSettings {
     path: String,
     /// `edit`: the value to set there.
     value: Value,
-    /// `verdict`: the phase to answer, as spelled in the contract.
+    /// `verdict` (and `edit`, when set): the phase to answer, as spelled in the contract.
     phase: String,
     /// `verdict`: the `recheck-at` to answer, verbatim (RFC 3339 or not).
     #[serde(rename = "recheckAt")]
@@ -270,6 +270,11 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
             Mode::BigOutput => Ok(running("", "x".repeat(BIG_OUTPUT))),
             Mode::ReadFile | Mode::Env | Mode::Network => Ok(running(mode.name(), report(mode))),
             Mode::Stdin => Ok(running("stdin", read_stdin().to_string())),
+            // A policy that both decorates and classifies: what-if tools compare both.
+            Mode::Edit if !s.phase.is_empty() => Ok(Verdict {
+                phase: phase(&s.phase)?,
+                ..running("hostile", "as configured".into())
+            }),
             Mode::Verdict => Ok(Verdict {
                 phase: phase(&s.phase)?,
                 recheck_at: s.recheck_at.clone(),

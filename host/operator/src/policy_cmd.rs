@@ -52,6 +52,13 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --sign-key signing.pem\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
     )]
     Pack(PackArgs),
+    /// What a candidate policy would change on a live cluster, read-only: for every TFJob it
+    /// selects, the pods the operator would create next and the verdicts on the existing pods,
+    /// with the current policies and with the candidate in place.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator policy diff --policy team-label.wasm --manifest policy.yaml -A\n  tfjob-operator policy diff --configmap tfjob-policy-gpu.yaml -n ml -o json\n  tfjob-operator policy diff --policy v2.wasm --configmap tfjob-policy-gpu.yaml -n ml\n\nNothing is written to the cluster. Exit status 2, with the reason, when the candidate\nwould be refused or the cluster cannot be read."
+    )]
+    Diff(crate::policy_diff::DiffArgs),
     /// List the policy ConfigMaps of a cluster and the status the operator gave them.
     #[command(
         after_help = "Examples:\n  tfjob-operator policy list\n  tfjob-operator policy list -A --kubeconfig ~/.kube/config"
@@ -190,6 +197,7 @@ pub fn main(cmd: PolicyCommand) -> ExitCode {
         } => inspect(&policy, manifest.as_deref(), &ceiling).map(Printed::Json),
         PolicyCommand::Pack(args) => pack(&args).map(Printed::Text),
         PolicyCommand::List(args) => list(&args).map(Printed::Text),
+        PolicyCommand::Diff(args) => crate::policy_diff::main(&args).map(Printed::Text),
     };
     match result {
         Ok(Printed::Json(out)) => {

@@ -19,6 +19,7 @@ pub mod configmap;
 pub mod defaults;
 pub mod engine;
 pub mod error;
+pub mod field_diff;
 pub mod guard;
 pub mod local;
 pub mod metrics;

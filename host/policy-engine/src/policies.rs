@@ -25,6 +25,7 @@ use tfjob_planner::{PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod,
 use crate::bindings;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
+use crate::field_diff::{self, FieldDifference};
 use crate::guard;
 use crate::metrics::PolicyMetrics;
 use crate::registry::{ActivePolicy, FailurePolicy, PolicySet, Registry};
@@ -303,8 +304,8 @@ impl WasmPolicies {
             let key = format!("shadow/{hook}/{}", ctx.replica_type);
             match result {
                 Ok(output) => {
-                    let mut diffs = Vec::new();
-                    differences(expected, &output, String::new(), &mut diffs);
+                    // The first few places: an event message is one line.
+                    let diffs = field_diff::differences(expected, &output, 5);
                     if diffs.is_empty() {
                         continue;
                     }
@@ -318,9 +319,9 @@ impl WasmPolicies {
                             "shadow policy {} would shape {} pods differently at {} (enforced: {}; shadow: {})",
                             p.label(),
                             ctx.replica_type,
-                            join(&diffs, |d| &d.path),
-                            join(&diffs, |d| &d.enforced),
-                            join(&diffs, |d| &d.shadow),
+                            join(&diffs, |d| d.path.clone()),
+                            join(&diffs, |d| compact(&d.a)),
+                            join(&diffs, |d| compact(&d.b)),
                         ),
                         warning: false,
                         key,
@@ -338,65 +339,8 @@ impl WasmPolicies {
     }
 }
 
-/// One place where the enforced and the shadow output differ, with both values.
-struct Difference {
-    path: String,
-    enforced: String,
-    shadow: String,
-}
-
-/// The first few places where `a` (enforced) and `b` (shadow) differ. Keys that are not plain
-/// words (`tfjob.dev/team`) are written in brackets, so the path reads unambiguously.
-fn differences(
-    a: &serde_json::Value,
-    b: &serde_json::Value,
-    at: String,
-    out: &mut Vec<Difference>,
-) {
-    const MAX: usize = 5;
-    if out.len() >= MAX || a == b {
-        return;
-    }
-    match (a, b) {
-        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            for k in keys {
-                let null = serde_json::Value::Null;
-                let plain = !k.is_empty()
-                    && k.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-                let path = match (at.is_empty(), plain) {
-                    (true, true) => k.clone(),
-                    (false, true) => format!("{at}.{k}"),
-                    (_, false) => format!("{at}[{k:?}]"),
-                };
-                differences(
-                    x.get(k).unwrap_or(&null),
-                    y.get(k).unwrap_or(&null),
-                    path,
-                    out,
-                );
-            }
-        }
-        (serde_json::Value::Array(x), serde_json::Value::Array(y)) if x.len() == y.len() => {
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                differences(u, v, format!("{at}[{i}]"), out);
-            }
-        }
-        _ => out.push(Difference {
-            path: at,
-            enforced: compact(a),
-            shadow: compact(b),
-        }),
-    }
-}
-
-fn join(diffs: &[Difference], part: impl Fn(&Difference) -> &String) -> String {
-    diffs
-        .iter()
-        .map(|d| part(d).as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+fn join(diffs: &[FieldDifference], part: impl Fn(&FieldDifference) -> String) -> String {
+    diffs.iter().map(part).collect::<Vec<_>>().join(", ")
 }
 
 /// A JSON value in at most 120 characters, for an event message.
@@ -681,38 +625,5 @@ impl PodPolicies for WasmPolicies {
             self.cache().put(&uid, key, &verdict, &notes, now);
         }
         Ok((verdict, notes))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn differences_name_prefixed_keys_and_carry_both_values() {
-        let enforced =
-            json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "a"}]}});
-        let shadow = json!({
-            "metadata": {"labels": {"app": "x", "tfjob.dev/shadow": "candidate"}},
-            "spec": {"containers": [{"name": "b"}]}
-        });
-        let mut diffs = Vec::new();
-        differences(&enforced, &shadow, String::new(), &mut diffs);
-        let seen: Vec<(&str, &str, &str)> = diffs
-            .iter()
-            .map(|d| (d.path.as_str(), d.enforced.as_str(), d.shadow.as_str()))
-            .collect();
-        assert_eq!(
-            seen,
-            vec![
-                (
-                    "metadata.labels[\"tfjob.dev/shadow\"]",
-                    "null",
-                    "\"candidate\""
-                ),
-                ("spec.containers[0].name", "\"a\"", "\"b\""),
-            ]
-        );
     }
 }
