@@ -3,7 +3,7 @@
 //! the same sandbox as any other policy.
 //!
 //! The guests are built by a nested cargo into a separate target directory (no lock contention
-//! with the outer build) with the size-optimised `guest` profile.
+//! with the outer build) with the `guest` profile (see the workspace `Cargo.toml`).
 //!
 //! The bytes must not depend on the machine that built them: `deploy/policies/` holds the
 //! defaults packed with their sha256 pinned, and a test compares them with the embedded ones.
@@ -33,6 +33,16 @@ fn main() {
         root.join("guest-policies").display()
     );
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    // The `guest` profile and the locked dependency versions decide the bytes as much as the
+    // sources do.
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("Cargo.toml").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("Cargo.lock").display()
+    );
     println!("cargo:rerun-if-env-changed=CARGO_HOME");
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());

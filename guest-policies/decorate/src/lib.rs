@@ -5,7 +5,8 @@
 //! reference; this crate only crosses the boundary: it decodes the settings and the pod,
 //! decorates, and encodes the pod again. The pod is handled as a JSON document of which only
 //! the fields decoration works with are decoded into k8s-openapi types ([`view`]), which keeps
-//! the component small and leaves every other field exactly as the operator built it.
+//! the component small and fast, and leaves every other field exactly as the operator built it
+//! (the same text).
 //! Settings are `DecorateSettings` (schema in `guest-policies/README.md`); `{}` or an empty
 //! document mean the defaults, which add the `TFJOB_*` execution environment variables and
 //! nothing else.
@@ -14,9 +15,8 @@ mod view;
 
 use tfjob_policy_sdk::logic::context::JobContext as Context;
 use tfjob_policy_sdk::logic::decorate::{DecorateSettings, decorate_pod};
-use tfjob_policy_sdk::serde_json::{self, Value};
+use tfjob_policy_sdk::settings;
 use tfjob_policy_sdk::wit::{JobContext, PolicyError};
-use tfjob_policy_sdk::{convert, settings};
 
 /// The component's implementation.
 struct DefaultDecorate;
@@ -42,19 +42,11 @@ fn decorate_document(
     ctx: &Context,
     pod: &str,
 ) -> Result<String, PolicyError> {
-    let mut document: Value =
-        serde_json::from_str(pod).map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
-    let Value::Object(object) = &mut document else {
-        return Err(PolicyError::InvalidInput(
-            "pod: expected a JSON object".into(),
-        ));
-    };
-    // Extracting twice is cheaper in code than cloning a `Pod` (whose `Clone` covers every
-    // field a pod can hold).
-    let before = view::extract(object)?;
-    let after = decorate_pod(settings, ctx, view::extract(object)?);
-    view::write_back(object, before, after)?;
-    convert::to_json("pod", &document)
+    let document = view::Document::parse(pod)?;
+    let after = document.extract()?;
+    let before = view::copy(&after);
+    let after = decorate_pod(settings, ctx, after);
+    document.write_back(before, after)
 }
 
 #[cfg(test)]
@@ -62,7 +54,8 @@ mod tests {
     use super::*;
     use bindings::exports::tfjob::policy::decorate::Guest as _;
     use bindings::exports::tfjob::policy::settings::Guest as _;
-    use serde_json::json;
+    use serde_json::{Value, json};
+    use tfjob_policy_sdk::convert;
     use tfjob_policy_sdk::logic::context::INTERRUPTIBLE_ANNOTATION;
     use tfjob_policy_sdk::logic::settings::settings_from_json;
 
@@ -193,6 +186,47 @@ mod tests {
         assert_eq!(out["spec"]["containers"][0]["futureField"], json!(true));
         assert_eq!(out["spec"]["affinity"], pod["spec"]["affinity"]);
         assert_eq!(out["status"], pod["status"]);
+    }
+
+    #[test]
+    fn the_document_reads_any_spelling_of_the_pod_as_json_readers_do() {
+        // Whitespace, escaped keys and values, a key written twice (the last one counts, as
+        // for `serde_json::Value`), `null` where an object or list may be: the output is the
+        // same document as decorating the parsed pod (a `null` the pod had stays, as before,
+        // where k8s-openapi drops it; Kubernetes reads both alike).
+        let texts = [
+            "{\n  \"apiVersion\": \"v1\", \"kind\": \"Pod\",\n  \"metadata\": {\"name\": \"p\", \"labels\": {\"a\": \"1\"}},\n  \"spec\": {\n    \"containers\": [ {\"name\": \"tensorflow\", \"resources\": {\"limits\": {\"nvidia.com/gpu\": \"1\"}}} ],\n    \"volumes\": [ {\"name\": \"data\", \"emptyDir\": {}} ]\n  }\n}\n",
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first"}, "spec": {"containers": [{"name": "a"}]}, "metadata": {"name": "second", "labels": {"x": "y"}}}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": null, "spec": {"initContainers": null, "volumes": null, "tolerations": null, "containers": [{"name": "a", "env": null}]}}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "t\u00e9\"st", "fut\u00fcre\n": {"k\\ey": [1, 2.5e3, "\ud83d\ude00"]}}], "ex\"tra": true}, "st\u0061tus": {}}"#,
+        ];
+        for text in texts {
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            let out = decorate_document(&rich_settings(), &ctx().into(), text).unwrap();
+            let out: Value = serde_json::from_str(&out).unwrap();
+            let mut whole = decorate_whole(&rich_settings(), &ctx().into(), &parsed);
+            // Fields k8s-openapi does not know are dropped by decoding the whole pod, and kept
+            // by the document.
+            if let Some(extra) = parsed.pointer("/spec/ex\"tra") {
+                whole["spec"]["ex\"tra"] = extra.clone();
+                whole["spec"]["containers"][0]["fut\u{fc}re\n"] =
+                    parsed["spec"]["containers"][0]["fut\u{fc}re\n"].clone();
+            }
+            assert_eq!(without_nulls(out), whole, "{text}");
+        }
+    }
+
+    fn without_nulls(value: Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k, without_nulls(v)))
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+            other => other,
+        }
     }
 
     #[test]

@@ -1,11 +1,16 @@
-//! The parts of a pod decoration works with, decoded as k8s-openapi types over the pod's JSON.
+//! The parts of a pod decoration works with, decoded as k8s-openapi types over the pod's JSON
+//! text, and everything else passed through as the text it came as.
 //!
 //! Decoding a whole core/v1 Pod into k8s-openapi types and encoding it again costs a component
 //! about 500 KiB of code (the `Volume` decoder alone is 80 KiB, and timestamps pull in jiff's
-//! parser and printer), all for fields decoration never looks at. So the pod is read as a JSON
-//! document; the fields `tfjob_policy_logic::decorate` reads or writes are decoded into a
-//! k8s-openapi `Pod` that holds only them; `decorate_pod` runs on that pod; and the fields it
-//! changed are written back into the document. Everything else passes through untouched.
+//! parser and printer), all for fields decoration never looks at. Reading the pod into a
+//! `serde_json::Value` instead costs time: every object of the pod becomes a map, every string
+//! an allocation, and all of it is encoded again, though decoration touches a few fields. So the
+//! pod is read as a [`Document`]: only the objects and lists on the way to the carried fields
+//! are opened, every other value stays a slice of the input (scanned for validity, never
+//! decoded) and is written back byte for byte. The fields `tfjob_policy_logic::decorate` reads
+//! or writes are decoded into a k8s-openapi `Pod` that holds only them; `decorate_pod` runs on
+//! that pod; and the fields it changed are encoded into the document again.
 //!
 //! The carried fields, which are everything `decorate_pod` reads or writes:
 //!
@@ -18,75 +23,163 @@
 //! Should the decision logic ever change a field outside this list, the change would be lost;
 //! [`write_back`] detects that and fails instead, and the crate's tests compare this path with
 //! decoding the whole pod.
+//!
+//! The document is the same JSON as the input where decoration changed nothing, which is what
+//! the operator compares: keys keep their order (a replaced field keeps its place, an added one
+//! comes last in its object), and a key written twice counts once, its last value, as when the
+//! operator reads the result.
+
+use std::borrow::Cow;
+use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tfjob_policy_sdk::k8s_openapi;
-use tfjob_policy_sdk::serde_json;
 use tfjob_policy_sdk::wit::PolicyError;
 
 /// The container lists decoration visits, by JSON key.
 const CONTAINER_LISTS: [&str; 2] = ["initContainers", "containers"];
 
-/// Decodes the carried fields of a pod document (see the module documentation).
-pub fn extract(pod: &Map<String, Value>) -> Result<Pod, PolicyError> {
-    let mut view = Pod::default();
-    if let Some(metadata) = object(field(pod, "metadata"), "pod.metadata")? {
-        view.metadata.labels = typed(field(metadata, "labels"), "pod.metadata.labels")?;
-        view.metadata.annotations =
-            typed(field(metadata, "annotations"), "pod.metadata.annotations")?;
-    }
-    let Some(spec) = object(field(pod, "spec"), "pod.spec")? else {
-        return Ok(view);
-    };
-    let mut view_spec = PodSpec {
-        containers: containers(spec, "containers")?.unwrap_or_default(),
-        init_containers: containers(spec, "initContainers")?,
-        tolerations: typed(field(spec, "tolerations"), "pod.spec.tolerations")?,
-        node_selector: typed(field(spec, "nodeSelector"), "pod.spec.nodeSelector")?,
-        scheduler_name: typed(field(spec, "schedulerName"), "pod.spec.schedulerName")?,
-        ..PodSpec::default()
-    };
-    if let Some(volumes) = array(field(spec, "volumes"), "pod.spec.volumes")? {
-        let mut names = Vec::with_capacity(volumes.len());
-        for (i, volume) in volumes.iter().enumerate() {
-            let path = format!("pod.spec.volumes[{i}]");
-            let volume = item(volume, &path)?;
-            names.push(Volume {
-                name: typed(field(volume, "name"), &format!("{path}.name"))?.unwrap_or_default(),
-                ..Volume::default()
-            });
+/// A pod document, opened where decoration looks (see the module documentation).
+pub struct Document<'a> {
+    pod: Vec<Entry<'a>>,
+}
+
+/// An object's entry: its key, as decoded, and its value.
+type Entry<'a> = (Cow<'a, str>, Node<'a>);
+
+/// A JSON value of the document.
+enum Node<'a> {
+    /// Not looked into: the input's text.
+    Raw(&'a RawValue),
+    /// An object whose entries were looked at, in document order.
+    Object(Vec<Entry<'a>>),
+    /// A list whose items were looked at.
+    List(Vec<Node<'a>>),
+    /// A value decoration wrote, encoded.
+    Encoded(String),
+}
+
+impl<'a> Document<'a> {
+    /// Reads a pod document, opening the pod, its `metadata` and `spec`, the container lists
+    /// and their containers, and the volume list and its volumes. Errors name the field.
+    pub fn parse(text: &'a str) -> Result<Document<'a>, PolicyError> {
+        if !text.trim_start().starts_with('{') {
+            // Not an object, or not JSON: the errors a JSON reader gives for the whole text.
+            return Err(PolicyError::InvalidInput(
+                match serde_json::from_str::<Value>(text) {
+                    Ok(_) => "pod: expected a JSON object".to_owned(),
+                    Err(e) => format!("pod: {e}"),
+                },
+            ));
         }
-        view_spec.volumes = Some(names);
+        let mut pod = entries(text).map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
+        for key in ["metadata", "spec"] {
+            open_object(&mut pod, key, &format!("pod.{key}"))?;
+        }
+        if let Some(Node::Object(spec)) = get_mut(&mut pod, "spec") {
+            for key in CONTAINER_LISTS.into_iter().chain(["volumes"]) {
+                open_list_of_objects(spec, key, &format!("pod.spec.{key}"))?;
+            }
+        }
+        Ok(Document { pod })
     }
-    view.spec = Some(view_spec);
-    Ok(view)
+
+    /// Decodes the carried fields (see the module documentation).
+    pub fn extract(&self) -> Result<Pod, PolicyError> {
+        let mut view = Pod::default();
+        if let Some(metadata) = object(&self.pod, "metadata") {
+            view.metadata.labels = typed(field(metadata, "labels"), "pod.metadata.labels")?;
+            view.metadata.annotations =
+                typed(field(metadata, "annotations"), "pod.metadata.annotations")?;
+        }
+        let Some(spec) = object(&self.pod, "spec") else {
+            return Ok(view);
+        };
+        let mut view_spec = PodSpec {
+            containers: containers(spec, "containers")?.unwrap_or_default(),
+            init_containers: containers(spec, "initContainers")?,
+            tolerations: typed(field(spec, "tolerations"), "pod.spec.tolerations")?,
+            node_selector: typed(field(spec, "nodeSelector"), "pod.spec.nodeSelector")?,
+            scheduler_name: typed(field(spec, "schedulerName"), "pod.spec.schedulerName")?,
+            ..PodSpec::default()
+        };
+        if let Some(volumes) = list(spec, "volumes") {
+            let mut names = Vec::with_capacity(volumes.len());
+            for (i, volume) in volumes.iter().enumerate() {
+                let Node::Object(volume) = volume else {
+                    continue; // opened as objects by `parse`
+                };
+                let path = format!("pod.spec.volumes[{i}].name");
+                names.push(Volume {
+                    name: typed(field(volume, "name"), &path)?.unwrap_or_default(),
+                    ..Volume::default()
+                });
+            }
+            view_spec.volumes = Some(names);
+        }
+        view.spec = Some(view_spec);
+        Ok(view)
+    }
+
+    /// Writes the carried fields that differ between `before` (from [`Document::extract`]) and
+    /// `after` (the decorated view) into the document, checks that nothing else changed, and
+    /// encodes the document.
+    pub fn write_back(mut self, before: Pod, after: Pod) -> Result<String, PolicyError> {
+        write_carried(&mut self.pod, &before, &after)?;
+        if residue(before) != residue(after) {
+            return Err(PolicyError::Failed(
+                "decoration changed a pod field this component does not carry back (see view.rs)"
+                    .into(),
+            ));
+        }
+        let mut out = String::new();
+        write_object(&self.pod, &mut out);
+        Ok(out)
+    }
 }
 
-/// Writes the carried fields that differ between `before` (from [`extract`]) and `after` (the
-/// decorated view) into the pod document, then checks that nothing else changed.
-pub fn write_back(
-    pod: &mut Map<String, Value>,
-    before: Pod,
-    after: Pod,
-) -> Result<(), PolicyError> {
-    write_carried(pod, &before, &after)?;
-    if residue(before) != residue(after) {
-        return Err(PolicyError::Failed(
-            "decoration changed a pod field this component does not carry back (see view.rs)"
-                .into(),
-        ));
-    }
-    Ok(())
+/// A copy of a view from [`Document::extract`]: the fields it holds, and no code for the ones
+/// it does not (a derived `Pod::clone` covers every field a pod can hold).
+pub fn copy(view: &Pod) -> Pod {
+    let copy_containers = |list: &[Container]| -> Vec<Container> {
+        list.iter()
+            .map(|c| Container {
+                name: c.name.clone(),
+                env: c.env.clone(),
+                volume_mounts: c.volume_mounts.clone(),
+                resources: c.resources.clone(),
+                ..Container::default()
+            })
+            .collect()
+    };
+    let mut copy = Pod::default();
+    copy.metadata.labels = view.metadata.labels.clone();
+    copy.metadata.annotations = view.metadata.annotations.clone();
+    copy.spec = view.spec.as_ref().map(|spec| PodSpec {
+        containers: copy_containers(&spec.containers),
+        init_containers: spec.init_containers.as_deref().map(copy_containers),
+        volumes: spec.volumes.as_ref().map(|volumes| {
+            volumes
+                .iter()
+                .map(|v| Volume {
+                    name: v.name.clone(),
+                    ..Volume::default()
+                })
+                .collect()
+        }),
+        tolerations: spec.tolerations.clone(),
+        node_selector: spec.node_selector.clone(),
+        scheduler_name: spec.scheduler_name.clone(),
+        ..PodSpec::default()
+    });
+    copy
 }
 
-fn write_carried(
-    pod: &mut Map<String, Value>,
-    before: &Pod,
-    after: &Pod,
-) -> Result<(), PolicyError> {
+fn write_carried(pod: &mut Vec<Entry<'_>>, before: &Pod, after: &Pod) -> Result<(), PolicyError> {
     if before.metadata.labels != after.metadata.labels {
         set(child(pod, "metadata"), "labels", &after.metadata.labels)?;
     }
@@ -110,8 +203,10 @@ fn write_carried(
             ),
         };
         for (i, (bc, ac)) in b_list.iter().zip(a_list).enumerate() {
-            let Some(Value::Object(container)) = spec.get_mut(key).and_then(|list| list.get_mut(i))
-            else {
+            let Some(Node::List(list)) = get_mut(spec, key) else {
+                continue;
+            };
+            let Some(Node::Object(container)) = list.get_mut(i) else {
                 continue;
             };
             if bc.env != ac.env {
@@ -135,15 +230,14 @@ fn write_carried(
         ));
     }
     if a_volumes.len() > b_volumes.len() {
-        let list = spec
-            .entry("volumes")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
+        let slot = slot(spec, "volumes");
+        if !matches!(slot, Node::List(_)) {
+            // Absent or `null`: a new list.
+            *slot = Node::List(Vec::new());
         }
-        if let Value::Array(list) = list {
+        if let Node::List(list) = slot {
             for volume in &a_volumes[b_volumes.len()..] {
-                list.push(encode_volume(volume)?);
+                list.push(Node::Encoded(encode_volume(volume)?));
             }
         }
     }
@@ -164,7 +258,7 @@ fn write_carried(
 /// ephemeral volume's claim template carries an `ObjectMeta`, whose timestamps bring in jiff's
 /// printer): about 130 KiB of code. Any other kind of volume is refused rather than encoded
 /// wrongly.
-fn encode_volume(volume: &Volume) -> Result<Value, PolicyError> {
+fn encode_volume(volume: &Volume) -> Result<String, PolicyError> {
     let host_path_only = Volume {
         name: volume.name.clone(),
         host_path: volume.host_path.clone(),
@@ -181,10 +275,11 @@ fn encode_volume(volume: &Volume) -> Result<Value, PolicyError> {
     if let Some(host_path) = &volume.host_path {
         out.insert(
             "hostPath".to_owned(),
-            encode("pod.spec.volumes", host_path)?,
+            serde_json::to_value(host_path)
+                .map_err(|e| PolicyError::Failed(format!("encoding pod.spec.volumes: {e}")))?,
         );
     }
-    Ok(Value::Object(out))
+    encode("pod.spec.volumes", &out)
 }
 
 /// What is left of a view once the carried fields are cleared; equal residues before and after
@@ -210,76 +305,207 @@ fn residue(mut pod: Pod) -> Pod {
     pod
 }
 
-/// A field's value; JSON `null` counts as absent, as k8s-openapi reads it.
-fn field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    object.get(key).filter(|v| !v.is_null())
-}
+// Reading.
 
-fn object<'a>(
-    value: Option<&'a Value>,
-    path: &str,
-) -> Result<Option<&'a Map<String, Value>>, PolicyError> {
-    match value {
-        None => Ok(None),
-        Some(Value::Object(map)) => Ok(Some(map)),
-        Some(other) => Err(PolicyError::InvalidInput(format!(
-            "{path}: expected an object, found {}",
-            kind(other)
-        ))),
+/// An object's entries, keys decoded, values left as text. A key written twice keeps its last
+/// value, in the place of its first.
+struct Entries<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntriesVisitor;
+
+        impl<'de> Visitor<'de> for EntriesVisitor {
+            type Value = Entries<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Entries<'de>, A::Error> {
+                let mut entries: Vec<(Cow<'de, str>, &'de RawValue)> =
+                    Vec::with_capacity(access.size_hint().unwrap_or(0));
+                while let Some(Key(key)) = access.next_key()? {
+                    let value = access.next_value()?;
+                    match entries.iter_mut().find(|(k, _)| *k == key) {
+                        Some(entry) => entry.1 = value,
+                        None => entries.push((key, value)),
+                    }
+                }
+                Ok(Entries(entries))
+            }
+        }
+
+        deserializer.deserialize_map(EntriesVisitor)
     }
 }
 
-/// A list item that must be an object.
-fn item<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, PolicyError> {
-    match value {
-        Value::Object(map) => Ok(map),
+/// An object key, borrowed from the input unless it held escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
+            }
+        }
+
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The entries of the object `text` (a whole document, or a value already scanned as JSON).
+fn entries(text: &str) -> serde_json::Result<Vec<Entry<'_>>> {
+    let Entries(entries) = serde_json::from_str(text)?;
+    Ok(entries
+        .into_iter()
+        .map(|(key, value)| (key, Node::Raw(value)))
+        .collect())
+}
+
+/// Opens the object under `key` (absent and `null` stay as they are); any other value is an
+/// error naming `path`.
+fn open_object(parent: &mut [Entry<'_>], key: &str, path: &str) -> Result<(), PolicyError> {
+    let Some(node) = get_mut(parent, key) else {
+        return Ok(());
+    };
+    let Node::Raw(raw) = node else {
+        return Ok(());
+    };
+    match kind(raw) {
+        "null" => Ok(()),
+        "an object" => {
+            *node = Node::Object(entries(raw.get()).map_err(|e| invalid(path, e))?);
+            Ok(())
+        }
         other => Err(PolicyError::InvalidInput(format!(
-            "{path}: expected an object, found {}",
-            kind(other)
+            "{path}: expected an object, found {other}"
         ))),
     }
 }
 
-fn array<'a>(value: Option<&'a Value>, path: &str) -> Result<Option<&'a [Value]>, PolicyError> {
-    match value {
-        None => Ok(None),
-        Some(Value::Array(list)) => Ok(Some(list)),
-        Some(other) => Err(PolicyError::InvalidInput(format!(
-            "{path}: expected a list, found {}",
-            kind(other)
-        ))),
+/// Opens the list under `key` and each of its items, which must be objects.
+fn open_list_of_objects(
+    parent: &mut [Entry<'_>],
+    key: &str,
+    path: &str,
+) -> Result<(), PolicyError> {
+    let Some(node) = get_mut(parent, key) else {
+        return Ok(());
+    };
+    let Node::Raw(raw) = node else {
+        return Ok(());
+    };
+    match kind(raw) {
+        "null" => return Ok(()),
+        "a list" => {}
+        other => {
+            return Err(PolicyError::InvalidInput(format!(
+                "{path}: expected a list, found {other}"
+            )));
+        }
+    }
+    let raw_items: Vec<&RawValue> =
+        serde_json::from_str(raw.get()).map_err(|e| invalid(path, e))?;
+    let mut items = Vec::with_capacity(raw_items.len());
+    for (i, item) in raw_items.into_iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        match kind(item) {
+            "an object" => items.push(Node::Object(
+                entries(item.get()).map_err(|e| invalid(&item_path, e))?,
+            )),
+            other => {
+                return Err(PolicyError::InvalidInput(format!(
+                    "{item_path}: expected an object, found {other}"
+                )));
+            }
+        }
+    }
+    *node = Node::List(items);
+    Ok(())
+}
+
+fn invalid(path: &str, e: serde_json::Error) -> PolicyError {
+    PolicyError::InvalidInput(format!("{path}: {e}"))
+}
+
+/// What a value scanned as JSON is, from its first byte.
+fn kind(raw: &RawValue) -> &'static str {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "a list",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
     }
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
+fn get<'n, 'a>(entries: &'n [Entry<'a>], key: &str) -> Option<&'n Node<'a>> {
+    entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn get_mut<'n, 'a>(entries: &'n mut [Entry<'a>], key: &str) -> Option<&'n mut Node<'a>> {
+    entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+/// An object `parse` opened under `key`.
+fn object<'n, 'a>(entries: &'n [Entry<'a>], key: &str) -> Option<&'n [Entry<'a>]> {
+    match get(entries, key) {
+        Some(Node::Object(object)) => Some(object),
+        _ => None,
     }
 }
 
-fn typed<T: DeserializeOwned>(value: Option<&Value>, path: &str) -> Result<Option<T>, PolicyError> {
-    value
-        .map(|v| {
-            tfjob_policy_sdk::logic::json::from_value(path, v).map_err(PolicyError::InvalidInput)
-        })
-        .transpose()
+/// A list `parse` opened under `key`.
+fn list<'n, 'a>(entries: &'n [Entry<'a>], key: &str) -> Option<&'n [Node<'a>]> {
+    match get(entries, key) {
+        Some(Node::List(items)) => Some(items),
+        _ => None,
+    }
 }
 
-fn containers(spec: &Map<String, Value>, key: &str) -> Result<Option<Vec<Container>>, PolicyError> {
-    let list_path = format!("pod.spec.{key}");
-    let Some(list) = array(field(spec, key), &list_path)? else {
+/// A field's text; JSON `null` counts as absent, as k8s-openapi reads it.
+fn field<'n>(entries: &'n [Entry<'_>], key: &str) -> Option<&'n str> {
+    match get(entries, key)? {
+        Node::Raw(raw) if raw.get() == "null" => None,
+        Node::Raw(raw) => Some(raw.get()),
+        Node::Encoded(text) => Some(text),
+        // Only containers and volumes are opened, and those are read by their fields.
+        Node::Object(_) | Node::List(_) => None,
+    }
+}
+
+fn typed<T: DeserializeOwned>(text: Option<&str>, path: &str) -> Result<Option<T>, PolicyError> {
+    text.map(|t| {
+        tfjob_policy_sdk::logic::json::from_json(path, t).map_err(PolicyError::InvalidInput)
+    })
+    .transpose()
+}
+
+fn containers(spec: &[Entry<'_>], key: &str) -> Result<Option<Vec<Container>>, PolicyError> {
+    let Some(list) = list(spec, key) else {
         return Ok(None);
     };
     let mut out = Vec::with_capacity(list.len());
     for (i, container) in list.iter().enumerate() {
-        let path = format!("{list_path}[{i}]");
-        let container = item(container, &path)?;
-        let part = |name: &str| format!("{path}.{name}");
+        let Node::Object(container) = container else {
+            continue; // opened as objects by `parse`
+        };
+        let part = |name: &str| format!("pod.spec.{key}[{i}].{name}");
         out.push(Container {
             name: typed(field(container, "name"), &part("name"))?.unwrap_or_default(),
             env: typed(field(container, "env"), &part("env"))?,
@@ -291,37 +517,89 @@ fn containers(spec: &Map<String, Value>, key: &str) -> Result<Option<Vec<Contain
     Ok(Some(out))
 }
 
+// Writing.
+
+/// The node under `key`, added (as `null`, for the caller to replace) if absent.
+fn slot<'n, 'a>(entries: &'n mut Vec<Entry<'a>>, key: &'static str) -> &'n mut Node<'a> {
+    let i = match entries.iter().position(|(k, _)| k == key) {
+        Some(i) => i,
+        None => {
+            entries.push((Cow::Borrowed(key), Node::Encoded("null".to_owned())));
+            entries.len() - 1
+        }
+    };
+    &mut entries[i].1
+}
+
 /// The object under `key`, created (or replacing a non-object) if needed.
-fn child<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    parent
-        .entry(key)
-        .and_modify(|slot| {
-            if !slot.is_object() {
-                *slot = Value::Object(Map::new());
-            }
-        })
-        .or_insert_with(|| Value::Object(Map::new()))
-        .as_object_mut()
-        .expect("the slot holds an object: inserted or replaced above")
+fn child<'n, 'a>(parent: &'n mut Vec<Entry<'a>>, key: &'static str) -> &'n mut Vec<Entry<'a>> {
+    let node = slot(parent, key);
+    if !matches!(node, Node::Object(_)) {
+        *node = Node::Object(Vec::new());
+    }
+    match node {
+        Node::Object(entries) => entries,
+        _ => unreachable!("the slot holds an object: set above"),
+    }
 }
 
 fn set<T: Serialize>(
-    object: &mut Map<String, Value>,
-    key: &str,
+    object: &mut Vec<Entry<'_>>,
+    key: &'static str,
     value: &Option<T>,
 ) -> Result<(), PolicyError> {
     match value {
-        Some(v) => {
-            object.insert(key.to_owned(), encode(key, v)?);
-        }
-        None => {
-            object.remove(key);
-        }
+        Some(v) => *slot(object, key) = Node::Encoded(encode(key, v)?),
+        None => object.retain(|(k, _)| k != key),
     }
     Ok(())
 }
 
-fn encode<T: Serialize>(what: &str, value: &T) -> Result<Value, PolicyError> {
-    serde_json::to_value(value)
+fn encode<T: Serialize>(what: &str, value: &T) -> Result<String, PolicyError> {
+    serde_json::to_string(value)
         .map_err(|e| PolicyError::Failed(format!("encoding {what} as JSON: {e}")))
+}
+
+fn write_object(entries: &[Entry<'_>], out: &mut String) {
+    out.push('{');
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_key(key, matches!(key, Cow::Owned(_)), out);
+        out.push(':');
+        write_node(value, out);
+    }
+    out.push('}');
+}
+
+fn write_node(node: &Node<'_>, out: &mut String) {
+    match node {
+        Node::Raw(raw) => out.push_str(raw.get()),
+        Node::Encoded(text) => out.push_str(text),
+        Node::Object(entries) => write_object(entries, out),
+        Node::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_node(item, out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// A key borrowed from the input held no escapes (and JSON strings hold no raw control
+/// characters), so it is written as it was read; so are the plain keys decoration adds. A key
+/// that held escapes is escaped again.
+fn write_key(key: &str, escaped: bool, out: &mut String) {
+    if escaped {
+        out.push_str(&Value::String(key.to_owned()).to_string());
+    } else {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    }
 }

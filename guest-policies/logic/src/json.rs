@@ -14,7 +14,16 @@ use crate::names::key_path;
 
 /// Decodes `text` as a `T`. `root` names the document (`pod`, `resources`) and starts every
 /// error's path; pass `""` for a document whose fields need no prefix (settings).
+///
+/// Tracking the path costs on every field, and policies decode their inputs on every call, so
+/// the document is decoded plainly first; only a document that fails is decoded again, with the
+/// path tracked, to name the field. Decoding is deterministic, so the second pass fails with the
+/// same error at the same place.
 pub fn from_json<T: DeserializeOwned>(root: &str, text: &str) -> Result<T, String> {
+    serde_json::from_str(text).or_else(|_| from_json_tracked(root, text))
+}
+
+fn from_json_tracked<T: DeserializeOwned>(root: &str, text: &str) -> Result<T, String> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = field_path(root, e.path());
@@ -26,11 +35,14 @@ pub fn from_json<T: DeserializeOwned>(root: &str, text: &str) -> Result<T, Strin
 }
 
 /// Decodes a part of an already parsed document as a `T`; `root` is the part's own path
-/// (`pod.spec.containers[0].env`) and starts every error's path.
+/// (`pod.spec.containers[0].env`) and starts every error's path. As [`from_json`], the path is
+/// tracked only when the plain decoding fails.
 pub fn from_value<T: DeserializeOwned>(root: &str, value: &serde_json::Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = field_path(root, e.path());
-        with_path(&path, e.into_inner())
+    <T as serde::Deserialize>::deserialize(value).or_else(|_| {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = field_path(root, e.path());
+            with_path(&path, e.into_inner())
+        })
     })
 }
 

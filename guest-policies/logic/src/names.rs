@@ -3,7 +3,8 @@
 //! Settings are validated when a policy loads, so a typo in a label key or a volume name is
 //! reported to the platform team at activation instead of as a pod the API server rejects later.
 //! The rules are the API server's (`k8s.io/apimachinery/pkg/util/validation`), reimplemented
-//! without regular expressions because this crate is compiled into size-optimised Wasm guests.
+//! without regular expressions because this crate is compiled into Wasm guests, where every
+//! dependency adds code.
 
 /// Longest DNS-1123 label (volume names, label name parts).
 const DNS1123_LABEL_MAX: usize = 63;

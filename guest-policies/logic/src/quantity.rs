@@ -112,12 +112,18 @@ impl Quantity {
         // Trailing fraction zeros carry no value; dropping them keeps long inputs like
         // `1.000000000000000000000000000000000000000` from overflowing the coefficient.
         let frac_digits = frac_digits.trim_end_matches('0');
+        let digits = int_digits.bytes().chain(frac_digits.bytes());
         let mut coefficient: u128 = 0;
-        for digit in int_digits.bytes().chain(frac_digits.bytes()) {
-            coefficient = coefficient
-                .checked_mul(10)
-                .and_then(|c| c.checked_add(u128::from(digit - b'0')))
-                .ok_or_else(|| fail("too many significant digits"))?;
+        if int_digits.len() + frac_digits.len() <= 19 {
+            // Cannot overflow 64 bits, which are native in Wasm (see `canonical`).
+            coefficient = u128::from(digits.fold(0u64, |c, d| c * 10 + u64::from(d - b'0')));
+        } else {
+            for digit in digits {
+                coefficient = coefficient
+                    .checked_mul(10)
+                    .and_then(|c| c.checked_add(u128::from(digit - b'0')))
+                    .ok_or_else(|| fail("too many significant digits"))?;
+            }
         }
         coefficient = coefficient
             .checked_mul(1u128 << binary_exponent)
@@ -188,34 +194,17 @@ impl Quantity {
         }
         let sign = if self.nanos < 0 { "-" } else { "" };
         let magnitude = self.nanos.unsigned_abs();
-        let whole = magnitude.is_multiple_of(NANOS_PER_UNIT);
-        if self.format == Format::BinarySi && whole && magnitude >= 1024 * NANOS_PER_UNIT {
-            let mut mantissa = magnitude / NANOS_PER_UNIT;
-            let mut power = 0;
-            while power + 1 < BINARY_SUFFIXES.len() && mantissa.is_multiple_of(1024) {
-                mantissa /= 1024;
-                power += 1;
-            }
-            return format!("{sign}{mantissa}{}", BINARY_SUFFIXES[power]);
-        }
-        // Decimal: start from nano-units and raise the exponent in steps of three while the
-        // mantissa stays an integer. SI suffixes stop at `E` (10^18); exponents do not.
-        let max_exponent = match self.format {
-            Format::DecimalExponent => i32::MAX,
-            Format::BinarySi | Format::DecimalSi => 18,
-        };
-        let mut mantissa = magnitude;
-        let mut exponent: i32 = -9;
-        while exponent < max_exponent && mantissa.is_multiple_of(1000) {
-            mantissa /= 1000;
-            exponent += 3;
-        }
-        match self.format {
-            Format::DecimalExponent if exponent != 0 => format!("{sign}{mantissa}e{exponent}"),
-            Format::DecimalExponent => format!("{sign}{mantissa}"),
-            Format::BinarySi | Format::DecimalSi => {
-                format!("{sign}{mantissa}{}", decimal_suffix(exponent))
-            }
+        // Wasm has no 128-bit arithmetic: every operation on an `i128` is a call into the
+        // compiler's runtime library, and a quantity is spelled for every handled resource of
+        // every container. Whole values (all requirements in practice) are spelled from their
+        // number of units, which fits in 64 bits for any quantity below 18 E.
+        let units = magnitude / NANOS_PER_UNIT;
+        let whole = units * NANOS_PER_UNIT == magnitude;
+        match (whole, u64::try_from(units), u64::try_from(magnitude)) {
+            (true, Ok(units), _) => spell(sign, units, 0, self.format),
+            (true, Err(_), _) => spell(sign, units, 0, self.format),
+            (false, _, Ok(nanos)) => spell(sign, nanos, -9, self.format),
+            (false, _, Err(_)) => spell(sign, magnitude, -9, self.format),
         }
     }
 
@@ -254,6 +243,44 @@ pub fn canonicalize(input: &str) -> Result<String, QuantityError> {
 /// family is kept). Same as [`Ord::min`], spelled out for readers of policy code.
 pub fn min(a: Quantity, b: Quantity) -> Quantity {
     Ord::min(a, b)
+}
+
+/// The canonical spelling of `mantissa * 10^exponent` units (`exponent` is 0 or -9), written in
+/// `format`'s family; `u64` or `u128` (see [`Quantity::canonical`]).
+fn spell<N>(sign: &str, mut mantissa: N, mut exponent: i32, format: Format) -> String
+where
+    N: Copy + PartialEq + PartialOrd + fmt::Display + From<u32>,
+    N: std::ops::Rem<Output = N> + std::ops::Div<Output = N>,
+{
+    let zero = N::from(0);
+    let thousand = N::from(1000);
+    let kibi = N::from(1024);
+    if format == Format::BinarySi && exponent == 0 && mantissa >= kibi {
+        // A whole number of units: the largest binary suffix that leaves an integer.
+        let mut power = 0;
+        while power + 1 < BINARY_SUFFIXES.len() && mantissa % kibi == zero {
+            mantissa = mantissa / kibi;
+            power += 1;
+        }
+        return format!("{sign}{mantissa}{}", BINARY_SUFFIXES[power]);
+    }
+    // Decimal: raise the exponent in steps of three while the mantissa stays an integer. SI
+    // suffixes stop at `E` (10^18); exponents do not.
+    let max_exponent = match format {
+        Format::DecimalExponent => i32::MAX,
+        Format::BinarySi | Format::DecimalSi => 18,
+    };
+    while exponent < max_exponent && mantissa % thousand == zero {
+        mantissa = mantissa / thousand;
+        exponent += 3;
+    }
+    match format {
+        Format::DecimalExponent if exponent != 0 => format!("{sign}{mantissa}e{exponent}"),
+        Format::DecimalExponent => format!("{sign}{mantissa}"),
+        Format::BinarySi | Format::DecimalSi => {
+            format!("{sign}{mantissa}{}", decimal_suffix(exponent))
+        }
+    }
 }
 
 /// Resolves a suffix to its family, decimal exponent and binary exponent.

@@ -108,34 +108,41 @@ impl PolicySettings for ResourceSettings {
                 "gpuResourceName: {gpu:?} is not an extended resource name"
             ));
         }
+        // Field names are spelt out only for an error: every hook call validates its settings.
         for (name, value) in &self.defaults.requests {
-            let field = key_path("defaults.requests", name);
+            let field = || key_path("defaults.requests", name);
             if name != CPU && name != MEMORY {
                 return Err(format!(
-                    "{field}: only cpu and memory have default requests"
+                    "{}: only cpu and memory have default requests",
+                    field()
                 ));
             }
-            check_settings_quantity(&field, value)?;
+            check_settings_quantity(field, value)?;
         }
         for (name, value) in &self.limits {
-            let field = key_path("limits", name);
+            let field = || key_path("limits", name);
             if ![CPU, MEMORY, EPHEMERAL_STORAGE, gpu].contains(&name.as_str()) {
                 return Err(format!(
-                    "{field}: only cpu, memory, {EPHEMERAL_STORAGE} and the GPU resource {gpu:?} can be capped"
+                    "{}: only cpu, memory, {EPHEMERAL_STORAGE} and the GPU resource {gpu:?} can be capped",
+                    field()
                 ));
             }
-            check_settings_quantity(&field, value)?;
+            check_settings_quantity(field, value)?;
         }
         Ok(())
     }
 }
 
-fn check_settings_quantity(field: &str, value: &str) -> Result<Quantity, String> {
-    let q = Quantity::parse(value).map_err(|e| format!("{field}: {e}"))?;
-    if q.is_negative() {
-        return Err(format!("{field}: {value:?} must not be negative"));
+/// Parses a settings quantity; `field` names it in the error.
+fn check_settings_quantity(
+    field: impl FnOnce() -> String,
+    value: &str,
+) -> Result<Quantity, String> {
+    match Quantity::parse(value) {
+        Ok(q) if q.is_negative() => Err(format!("{}: {value:?} must not be negative", field())),
+        Ok(q) => Ok(q),
+        Err(e) => Err(format!("{}: {e}", field())),
     }
-    Ok(q)
 }
 
 impl ResourceSettings {
@@ -149,7 +156,7 @@ impl ResourceSettings {
     ) -> Result<Option<Quantity>, String> {
         list.get(resource)
             .map(|v| {
-                check_settings_quantity(&format!("settings {}", key_path(prefix, resource)), v)
+                check_settings_quantity(|| format!("settings {}", key_path(prefix, resource)), v)
             })
             .transpose()
             .map(|q| q.filter(|q| !q.is_zero()))
@@ -182,15 +189,16 @@ pub fn override_resources(
     }
 
     // Rule 5: which resources are handled.
-    let mut handled = vec![CPU, MEMORY];
-    if requests.contains_key(EPHEMERAL_STORAGE) || limits.contains_key(EPHEMERAL_STORAGE) {
-        handled.push(EPHEMERAL_STORAGE);
-    }
-    if gpu_present {
-        handled.push(gpu);
-    }
+    let ephemeral =
+        requests.contains_key(EPHEMERAL_STORAGE) || limits.contains_key(EPHEMERAL_STORAGE);
+    let handled = [
+        Some(CPU),
+        Some(MEMORY),
+        ephemeral.then_some(EPHEMERAL_STORAGE),
+        gpu_present.then_some(gpu),
+    ];
 
-    for resource in handled {
+    for resource in handled.into_iter().flatten() {
         let parse = |list: &BTreeMap<String, K8sQuantity>, which: &str| {
             list.get(resource)
                 .map(|q| {

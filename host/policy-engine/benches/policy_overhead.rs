@@ -1,5 +1,5 @@
 //! What the sandbox costs: each default Wasm policy against the same decision logic called
-//! natively, per hook, in one criterion run.
+//! natively, and against the floor of a JSON contract, per hook, in one criterion run.
 //!
 //! - `<hook>/wasm`: one full evaluation through `PolicyEngine::{decorate, override_resources,
 //!   classify}` of the embedded default policy (compiled once before measuring). Every call
@@ -8,11 +8,19 @@
 //! - `<hook>/native`: the `tfjob_policy_logic` function the guest runs, with the work the guest
 //!   does around it: decoding and validating the settings document, decoding the JSON input
 //!   into k8s-openapi types, deciding, and encoding the result.
+//! - `<hook>/floor`: what any policy behind a JSON contract pays at least, whatever it decides.
+//!   For decoration, `serde_json` parsing the pod into a `Value` and serialising it again (a
+//!   policy must read the pod it returns); for classification, parsing the observed pod alone
+//!   (the verdict is a small record); for resources, whose input is a hundred bytes, the
+//!   sandbox itself: a fresh instance of a minimal component ([`FLOOR_RESOURCES_WAT`]) whose
+//!   `override-resources` returns its input at once, called through the same
+//!   `PolicyEngine::override_resources` path with the same limits.
 //!
 //! The inputs are a TFJob worker pod as the operator builds it (4-6 KB of JSON, checked at
 //! start) and, for classification, the same pod observed after its `tensorflow` container
-//! failed. After the groups the median ratio wasm/native of each hook is printed; the medians
-//! are read from the `estimates.json` criterion writes for this run (not timed separately).
+//! failed. After the groups the medians of each hook are printed with the ratios wasm/native
+//! and wasm/floor, and whether wasm/floor meets the hook's target ([`TARGETS`]); the medians are
+//! read from the `estimates.json` criterion writes for this run (not timed separately).
 //!
 //! Run: `cargo bench -p tfjob-policy-engine --bench policy_overhead`
 
@@ -77,6 +85,108 @@ const RESOURCE_SETTINGS: &str = r#"{
 }"#;
 
 const CLASSIFY_SETTINGS: &str = r#"{"imagePullBackoffGracePeriod": "5m", "podPendingTimeout": "30m", "oomKilledIsPermanent": false}"#;
+
+/// The issue's targets: the most each hook's Wasm median may be, as a multiple of its floor.
+const TARGETS: [(&str, f64); 3] = [("decorate", 2.5), ("resources", 2.0), ("classify", 1.5)];
+
+/// The floor of the resources hook: a component that does nothing but cross the boundary. Its
+/// `override-resources` returns the `resources` argument as it came, so the host lowers the same
+/// arguments and lifts a result of the same kind as with the default policy; nothing is
+/// imported, no settings are read.
+///
+/// The arguments do not fit in 16 flat values, so the host writes them into guest memory (through
+/// the bump allocator `realloc`) and passes a pointer: the job context record takes bytes 0..60
+/// (five strings and two lists of 8 bytes each, three `s32`), then `settings` at 60,
+/// `container-name` at 68 and `resources` at 76 (pointer) and 80 (length). The result is written
+/// to a return area: the `ok` case (0) at byte 0, the string's pointer and length at 4 and 8.
+///
+/// The exported interface instance is built as `wit-component` builds one: a small component
+/// that imports the function and the types it names, and exports them again under their WIT
+/// names (exported records and variants must be named).
+const FLOOR_RESOURCES_WAT: &str = r#"
+(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local $end i32)
+      (local.set $p (i32.and
+        (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.xor (i32.sub (local.get 2) (i32.const 1)) (i32.const -1))))
+      (local.set $end (i32.add (local.get $p) (local.get 3)))
+      (if (i32.gt_u (local.get $end) (i32.mul (memory.size) (i32.const 65536)))
+        (then
+          (if (i32.eq (i32.const -1) (memory.grow
+                (i32.sub
+                  (i32.shr_u (i32.add (local.get $end) (i32.const 65535)) (i32.const 16))
+                  (memory.size))))
+            (then unreachable))))
+      (global.set $heap (local.get $end))
+      (local.get $p))
+    (func (export "override-resources") (param $args i32) (result i32)
+      (i32.store8 (i32.const 16) (i32.const 0))
+      (i32.store (i32.const 20) (i32.load offset=76 (local.get $args)))
+      (i32.store (i32.const 24) (i32.load offset=80 (local.get $args)))
+      (i32.const 16)))
+  (core instance $i (instantiate $m))
+  (alias core export $i "memory" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (alias core export $i "override-resources" (core func $override))
+
+  (type $ctx (record
+    (field "job-name" string)
+    (field "namespace" string)
+    (field "job-uid" string)
+    (field "job-labels" (list (tuple string string)))
+    (field "job-annotations" (list (tuple string string)))
+    (field "replica-type" string)
+    (field "replica-index" s32)
+    (field "replica-count" s32)
+    (field "attempt" s32)))
+  (type $error (variant
+    (case "invalid-input" string)
+    (case "invalid-settings" string)
+    (case "failed" string)))
+  (func $override-resources
+    (param "ctx" $ctx) (param "settings" string) (param "container-name" string)
+    (param "resources" string)
+    (result (result string (error $error)))
+    (canon lift (core func $override) (memory $mem) (realloc $realloc)))
+
+  (component $interface
+    (type $ctx-def (record
+      (field "job-name" string)
+      (field "namespace" string)
+      (field "job-uid" string)
+      (field "job-labels" (list (tuple string string)))
+      (field "job-annotations" (list (tuple string string)))
+      (field "replica-type" string)
+      (field "replica-index" s32)
+      (field "replica-count" s32)
+      (field "attempt" s32)))
+    (import "import-type-job-context" (type $ctx (eq $ctx-def)))
+    (type $error-def (variant
+      (case "invalid-input" string)
+      (case "invalid-settings" string)
+      (case "failed" string)))
+    (import "import-type-policy-error" (type $error (eq $error-def)))
+    (import "import-func-override-resources" (func $f
+      (param "ctx" $ctx) (param "settings" string) (param "container-name" string)
+      (param "resources" string)
+      (result (result string (error $error)))))
+    (export $ctx-out "job-context" (type $ctx))
+    (export $error-out "policy-error" (type $error))
+    (export "override-resources" (func $f) (func
+      (param "ctx" $ctx-out) (param "settings" string) (param "container-name" string)
+      (param "resources" string)
+      (result (result string (error $error-out))))))
+  (instance $resources (instantiate $interface
+    (with "import-type-job-context" (type $ctx))
+    (with "import-type-policy-error" (type $error))
+    (with "import-func-override-resources" (func $override-resources))))
+  (export "tfjob:policy/resources@0.1.0" (instance $resources)))
+"#;
 
 fn logic_context() -> JobContext {
     JobContext {
@@ -369,9 +479,22 @@ fn native_classify(settings: &str, pod: &str, now: &str) -> (String, Option<Stri
     )
 }
 
+// The floors (see the module documentation).
+
+fn floor_decorate(pod: &str) -> String {
+    let pod: Value = serde_json::from_str(pod).expect("pod");
+    serde_json::to_string(&pod).expect("encode")
+}
+
+fn floor_classify(pod: &str) -> Value {
+    serde_json::from_str(pod).expect("pod")
+}
+
 struct Inputs {
     engine: PolicyEngine,
     policies: [Arc<CompiledPolicy>; 3],
+    /// [`FLOOR_RESOURCES_WAT`], compiled.
+    floor_resources: Arc<CompiledPolicy>,
     ctx: JobContext,
     wit_ctx: WitContext,
     pod: String,
@@ -391,8 +514,12 @@ impl Inputs {
             .resources
             .clone()
             .expect("resources");
+        let floor_resources = engine
+            .compile(FLOOR_RESOURCES_WAT.as_bytes())
+            .expect("the floor component compiles");
         let ctx = logic_context();
         let inputs = Inputs {
+            floor_resources,
             wit_ctx: wit_context(&ctx),
             ctx,
             pod: encode("worker", &pod),
@@ -429,6 +556,19 @@ impl Inputs {
                 &self.resources,
             )
             .expect("resources")
+    }
+
+    fn floor_resources(&self) -> String {
+        self.engine
+            .override_resources(
+                &self.floor_resources,
+                "floor-resources",
+                &self.wit_ctx,
+                RESOURCE_SETTINGS,
+                CONTAINER,
+                &self.resources,
+            )
+            .expect("floor resources")
     }
 
     fn wasm_classify(&self) -> bindings::Verdict {
@@ -497,6 +637,12 @@ impl Inputs {
             format!("PermanentFailure|{}|{}", wasm.reason, wasm.message)
         );
         assert_eq!(occurred_at, wasm.occurred_at);
+
+        // The floors do what they say: the pod round-trips, the empty call echoes its input.
+        let round_trip: Value = serde_json::from_str(&floor_decorate(&self.pod)).expect("JSON");
+        assert_eq!(round_trip, input);
+        assert!(floor_classify(&self.observed)["status"].is_object());
+        assert_eq!(self.floor_resources(), self.resources);
     }
 }
 
@@ -512,6 +658,9 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
             ))
         })
     });
+    group.bench_function("floor", |b| {
+        b.iter(|| black_box(floor_decorate(black_box(&inputs.pod))))
+    });
     group.finish();
 
     let mut group = c.benchmark_group("resources");
@@ -525,6 +674,7 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
             ))
         })
     });
+    group.bench_function("floor", |b| b.iter(|| black_box(inputs.floor_resources())));
     group.finish();
 
     let mut group = c.benchmark_group("classify");
@@ -537,6 +687,9 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
                 black_box(NOW),
             ))
         })
+    });
+    group.bench_function("floor", |b| {
+        b.iter(|| black_box(floor_classify(black_box(&inputs.observed))))
     });
     group.finish();
 }
@@ -569,24 +722,47 @@ fn median_ns(dir: &Path, group: &str, function: &str, since: SystemTime) -> Opti
 }
 
 fn summary(dir: &Path, since: SystemTime) {
-    let mut lines = Vec::new();
+    let mut ratios = Vec::new();
+    let mut floors = Vec::new();
     for group in GROUPS {
-        let (Some(wasm), Some(native)) = (
-            median_ns(dir, group, "wasm", since),
-            median_ns(dir, group, "native", since),
-        ) else {
+        let median = |function| median_ns(dir, group, function, since);
+        let (Some(wasm), native, floor) = (median("wasm"), median("native"), median("floor"))
+        else {
             continue;
         };
-        lines.push(format!(
-            "{group:<10} wasm {:>9.2} us   native {:>8.2} us   wasm/native {:>5.2}x",
-            wasm / 1e3,
-            native / 1e3,
-            wasm / native
-        ));
+        if let Some(native) = native {
+            ratios.push(format!(
+                "{group:<10} wasm {:>9.2} us   native {:>8.2} us   wasm/native {:>5.2}x",
+                wasm / 1e3,
+                native / 1e3,
+                wasm / native
+            ));
+        }
+        if let Some(floor) = floor {
+            let target = TARGETS
+                .iter()
+                .find(|(hook, _)| *hook == group)
+                .map(|(_, target)| *target)
+                .expect("every hook has a target");
+            let ratio = wasm / floor;
+            let native = native.map_or_else(|| "-".to_owned(), |n| format!("{:.2} us", n / 1e3));
+            floors.push(format!(
+                "{group:<10} wasm {:>9.2} us   native {native:>11}   floor {:>8.2} us   wasm/floor {ratio:>5.2}x   target <= {target}x: {}",
+                wasm / 1e3,
+                floor / 1e3,
+                if ratio <= target { "met" } else { "NOT MET" }
+            ));
+        }
     }
-    if !lines.is_empty() {
+    if !ratios.is_empty() {
         println!("\nMedian ratio wasm/native (criterion estimates of this run, {dir:?}):");
-        for line in lines {
+        for line in ratios {
+            println!("  {line}");
+        }
+    }
+    if !floors.is_empty() {
+        println!("\nMedian ratio wasm/floor against the issue's targets:");
+        for line in floors {
             println!("  {line}");
         }
     }
@@ -597,10 +773,14 @@ fn main() {
     let dir = criterion_dir();
     let inputs = Inputs::new();
     println!(
-        "inputs: worker pod {} bytes, failed worker pod {} bytes, resources {} bytes",
+        "inputs: worker pod {} bytes, failed worker pod {} bytes, resources {} bytes; \
+         components: decorate {} bytes, resources {} bytes, classify {} bytes",
         inputs.pod.len(),
         inputs.observed.len(),
-        inputs.resources.len()
+        inputs.resources.len(),
+        inputs.policies[0].size,
+        inputs.policies[1].size,
+        inputs.policies[2].size,
     );
     let mut c = Criterion::default()
         .output_directory(&dir)
