@@ -678,7 +678,7 @@ fn rejected_updates_keep_the_previous_version_serving() {
                 pack(labelling("keep-hook", 11, "bad"), module(RESOURCES)),
                 &decorate_digest,
                 "manifest field hooks: declares decorate but the module does not export \
-                 tfjob:policy/decorate@0.1.0"
+                 tfjob:policy/decorate@0.2.0"
                     .to_owned(),
             ),
             (

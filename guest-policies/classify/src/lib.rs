@@ -121,7 +121,8 @@ mod tests {
                 reason: String::new(),
                 message: String::new(),
                 kind: None,
-                occurred_at: None
+                occurred_at: None,
+                recheck_at: None,
             }
         );
     }

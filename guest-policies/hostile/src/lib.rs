@@ -119,6 +119,9 @@ struct HostileSettings {
     value: Value,
     /// `verdict`: the phase to answer, as spelled in the contract.
     phase: String,
+    /// `verdict`: the `recheck-at` to answer, verbatim (RFC 3339 or not).
+    #[serde(rename = "recheckAt")]
+    recheck_at: Option<String>,
 }
 
 impl PolicySettings for HostileSettings {
@@ -255,6 +258,7 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
             message,
             kind: None,
             occurred_at: None,
+            recheck_at: None,
         };
         if let Some(outcome) = common(&s) {
             return outcome.map(|()| running("", String::new()));
@@ -268,6 +272,7 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
             Mode::Stdin => Ok(running("stdin", read_stdin().to_string())),
             Mode::Verdict => Ok(Verdict {
                 phase: phase(&s.phase)?,
+                recheck_at: s.recheck_at.clone(),
                 ..running("hostile", "as configured".into())
             }),
             _ => Ok(running("", String::new())),

@@ -5,6 +5,10 @@
 //! scheduling and readiness conditions and their containers' waiting reasons, with grace periods
 //! for reasons that may clear on their own; failed pods by their reason and their containers'
 //! terminations.
+//!
+//! A verdict that time alone can change (a grace period or the pending timeout still running)
+//! says when: `recheck_at`, the moment the rule would decide otherwise. Any other verdict
+//! changes only with the pod, so the operator may reuse it until the pod changes.
 
 use std::time::Duration;
 
@@ -53,7 +57,7 @@ pub fn classify_pod(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> V
 }
 
 fn classify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> Verdict {
-    let verdict = demystify_pending(settings, pod, now);
+    let mut verdict = demystify_pending(settings, pod, now);
     match (settings.pod_pending_timeout, verdict.occurred_at) {
         (Some(timeout), Some(since))
             if verdict.phase.is_pending() && elapsed(since, now) >= timeout =>
@@ -70,7 +74,24 @@ fn classify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> V
                 Some(since),
             )
         }
+        // Still within the timeout: it runs out at `since + timeout`.
+        (Some(timeout), Some(since)) if verdict.phase.is_pending() => {
+            verdict.recheck_at = earliest(verdict.recheck_at, after(since, timeout));
+            verdict
+        }
         _ => verdict,
+    }
+}
+
+/// `at + d`; `None` past the end of representable time, which no timer reaches anyway.
+fn after(at: Timestamp, d: Duration) -> Option<Timestamp> {
+    at.checked_add(jiff::SignedDuration::try_from(d).ok()?).ok()
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -98,6 +119,7 @@ fn demystify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> 
                 message,
                 kind: None,
                 occurred_at: at,
+                recheck_at: None,
             };
         }
         if c.type_ != "Ready" && c.type_ != "ContainersReady" {
@@ -120,6 +142,7 @@ fn demystify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> 
             message: text.clone(),
             kind: None,
             occurred_at: at,
+            recheck_at: None,
         };
         let graced = |grace: Duration, phase: VerdictPhase| {
             if past(grace) {
@@ -131,7 +154,11 @@ fn demystify_pending(settings: &ClassifySettings, pod: &Pod, now: Timestamp) -> 
                     at,
                 )
             } else {
-                initializing.clone()
+                // Not past the grace period, so `at` is known: the verdict changes at its end.
+                Verdict {
+                    recheck_at: at.and_then(|t| after(t, grace)),
+                    ..initializing.clone()
+                }
             }
         };
         return match waiting_reason.as_str() {
@@ -275,6 +302,7 @@ fn failure(
         message,
         kind: Some(kind),
         occurred_at,
+        recheck_at: None,
     }
 }
 
@@ -377,6 +405,59 @@ mod tests {
         assert_eq!(v.reason, "Unschedulable");
         assert_eq!(v.message, "0/3 nodes are available");
         assert_eq!(v.occurred_at, Some(at("2026-01-01T00:00:00Z")));
+    }
+
+    #[test]
+    fn a_verdict_that_time_can_change_says_when() {
+        // Inside the image pull grace period (180 s from the condition's transition): waiting
+        // now, a failure once it ends, so look again then.
+        let v = classify(waiting("ImagePullBackOff"), "2026-01-01T00:01:00Z");
+        assert_eq!(v.phase, VerdictPhase::Initializing);
+        assert_eq!(v.recheck_at, Some(at("2026-01-01T00:03:00Z")));
+        // At the end of it the verdict is final: nothing more to wait for.
+        let v = classify(waiting("ImagePullBackOff"), "2026-01-01T00:03:00Z");
+        assert_eq!(v.phase, VerdictPhase::RetryableFailure);
+        assert_eq!(v.recheck_at, None);
+        // The pending timeout ends earlier than a grace period: the earlier time wins.
+        let settings = ClassifySettings {
+            pod_pending_timeout: Some(Duration::from_secs(60)),
+            ..ClassifySettings::default()
+        };
+        let pending = pod(waiting("ImagePullBackOff"));
+        let v = classify_pod(&settings, &pending, at("2026-01-01T00:00:30Z"));
+        assert_eq!(v.recheck_at, Some(at("2026-01-01T00:01:00Z")));
+        let v = classify_pod(&settings, &pending, at("2026-01-01T00:01:00Z"));
+        assert_eq!(v.reason, "PodPendingTimeout");
+        assert_eq!(v.recheck_at, None);
+        // A queued pod under a pending timeout.
+        let queued = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        );
+        let v = classify_pod(&settings, &queued, at("2026-01-01T00:00:10Z"));
+        assert_eq!(v.recheck_at, Some(at("2026-01-01T00:01:00Z")));
+        // Verdicts only the pod can change.
+        for (status, now) in [
+            (waiting("ContainerCreating"), "2026-01-01T00:00:10Z"),
+            (json!({"phase": "Running"}), "2026-01-01T00:00:10Z"),
+            (json!({"phase": "Succeeded"}), "2026-01-01T00:00:10Z"),
+            (
+                failed(json!([terminated("tensorflow", 1, "Error")])),
+                "2026-01-01T00:00:10Z",
+            ),
+        ] {
+            assert_eq!(classify(status.clone(), now).recheck_at, None, "{status}");
+        }
+        // Without a pending timeout, a queued pod waits on the scheduler, not on time.
+        assert_eq!(
+            classify_pod(
+                &ClassifySettings::default(),
+                &queued,
+                at("2026-01-01T00:00:10Z")
+            )
+            .recheck_at,
+            None
+        );
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Classification {
     /// When the deciding condition began, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurred_at: Option<Timestamp>,
+    /// When time alone may change this classification (a grace period or timeout ending);
+    /// `None`: only a change of the pod can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_at: Option<Timestamp>,
 }
 
 impl Classification {
@@ -66,6 +70,7 @@ impl Classification {
             message: String::new(),
             kind: None,
             occurred_at: None,
+            recheck_at: None,
         }
     }
 }

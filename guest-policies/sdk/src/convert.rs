@@ -151,7 +151,7 @@ impl From<LogicFailureKind> for wit::FailureKind {
 }
 
 impl From<Classification> for wit::Verdict {
-    /// The WIT verdict; `occurred-at` in RFC 3339.
+    /// The WIT verdict; `occurred-at` and `recheck-at` in RFC 3339.
     fn from(c: Classification) -> wit::Verdict {
         wit::Verdict {
             phase: c.phase.into(),
@@ -159,6 +159,7 @@ impl From<Classification> for wit::Verdict {
             message: c.message,
             kind: c.kind.map(Into::into),
             occurred_at: c.occurred_at.map(timestamp_to_rfc3339),
+            recheck_at: c.recheck_at.map(timestamp_to_rfc3339),
         }
     }
 }
@@ -254,8 +255,10 @@ mod tests {
             message: "m".into(),
             kind: Some(LogicFailureKind::User),
             occurred_at: Some("2026-01-01T00:00:00Z".parse().unwrap()),
+            recheck_at: Some("2026-01-01T00:03:00Z".parse().unwrap()),
         };
         let v = wit::Verdict::from(c);
+        assert_eq!(v.recheck_at.as_deref(), Some("2026-01-01T00:03:00Z"));
         assert_eq!(v.phase, wit::Phase::RetryableFailure);
         assert_eq!(v.kind, Some(wit::FailureKind::User));
         assert_eq!(v.occurred_at.as_deref(), Some("2026-01-01T00:00:00Z"));

@@ -1,6 +1,6 @@
 //! What TFJob pod-policy authors build on.
 //!
-//! A policy is a `wasm32-wasip2` component implementing one world of the `tfjob:policy@0.1.0`
+//! A policy is a `wasm32-wasip2` component implementing one world of the `tfjob:policy@0.2.0`
 //! contract (`wit/policy.wit`): `decorator`, `resource-policy`, `classifier` or `full-policy`.
 //! This crate provides:
 //!
@@ -76,8 +76,8 @@ macro_rules! export_policy {
                 runtime_path: "tfjob_policy_sdk::wit_bindgen::rt",
                 default_bindings_module: "crate::bindings",
                 with: {
-                    "tfjob:policy/types@0.1.0": tfjob_policy_sdk::wit::types,
-                    "tfjob:policy/log@0.1.0": tfjob_policy_sdk::wit::log,
+                    "tfjob:policy/types@0.2.0": tfjob_policy_sdk::wit::types,
+                    "tfjob:policy/log@0.2.0": tfjob_policy_sdk::wit::log,
                 },
             });
         }

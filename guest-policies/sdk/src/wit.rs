@@ -11,8 +11,8 @@ mod generated {
             package tfjob:policy-sdk;
 
             world shared {
-                import tfjob:policy/types@0.1.0;
-                import tfjob:policy/log@0.1.0;
+                import tfjob:policy/types@0.2.0;
+                import tfjob:policy/log@0.2.0;
             }
         ",
         path: "../../wit",

@@ -89,6 +89,7 @@ fuzz_target!(|data: &[u8]| {
             _ => Some(FailureKind::System),
         },
         occurred_at: (control & 0x10 != 0).then(|| part(2)),
+        recheck_at: (control & 0x20 != 0).then(|| part(4)),
     };
     if let Ok(v) = verdict_from(verdict, "fuzz") {
         assert!(v.reason.len() <= MAX_VERDICT_REASON + 3);

@@ -457,7 +457,7 @@ fn inspect(
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     if policy.hooks().is_empty() {
         bail!(
-            "{}: exports none of the hooks of tfjob:policy@0.1.0",
+            "{}: exports none of the hooks of tfjob:policy@0.2.0 (or of 0.1.0)",
             path.display()
         );
     }
@@ -469,6 +469,7 @@ fn inspect(
         "validatesSettings": policy.validates_settings(),
         "imports": policy.imports,
         "exports": policy.exports,
+        "contract": policy.contract(),
     });
     if let Some(file) = manifest {
         let text = std::fs::read_to_string(file)

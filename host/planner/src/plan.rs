@@ -638,6 +638,11 @@ impl<'a, 'i> Planner<'a, 'i> {
                     let (verdict, notes) =
                         input.policies.classify_with_notes(&ctx, pod, input.now)?;
                     self.policy_notes(&job.uid, notes);
+                    // Time alone changes this verdict then: look again at that moment rather
+                    // than at the next periodic pass.
+                    if let Some(at) = verdict.recheck_at.filter(|at| *at > self.now()) {
+                        self.requeue(until(self.now(), at));
+                    }
                     verdict
                 };
                 for event in pod_problem_events(pod) {
@@ -1124,6 +1129,7 @@ fn terminating_verdict(name: &str) -> Verdict {
         message: format!("pod {name} is being deleted"),
         kind: Some(crate::policy::FailureKind::System),
         occurred_at: None,
+        recheck_at: None,
         policy: crate::native::NATIVE_POLICY_NAME.into(),
     }
 }

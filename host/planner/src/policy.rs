@@ -60,6 +60,10 @@ pub struct Verdict {
         skip_serializing_if = "Option::is_none"
     )]
     pub occurred_at: Option<Timestamp>,
+    /// When time alone may change the verdict (a grace period or timeout ending); until then
+    /// the verdict holds while the pod is unchanged. `None`: only a change of the pod can.
+    #[serde(rename = "recheckAt", default, skip_serializing_if = "Option::is_none")]
+    pub recheck_at: Option<Timestamp>,
     /// The policy that decided, as `name` or `name@digest`; not part of the policy's output.
     #[serde(skip)]
     pub policy: String,
@@ -74,6 +78,7 @@ impl Verdict {
             message: c.message,
             kind: c.kind,
             occurred_at: c.occurred_at,
+            recheck_at: c.recheck_at,
             policy: policy.to_owned(),
         }
     }
@@ -86,6 +91,7 @@ impl Verdict {
             message: String::new(),
             kind: None,
             occurred_at: None,
+            recheck_at: None,
             policy: String::new(),
         }
     }

@@ -33,6 +33,7 @@ impl Fixed {
                 message: format!("{reason} happened"),
                 kind: phase.is_failure().then_some(FailureKind::User),
                 occurred_at: None,
+                recheck_at: None,
                 policy: "site-classify@0123456789ab".into(),
             }),
             shape_error: None,
@@ -113,6 +114,27 @@ fn succeeded_verdicts_complete_the_job() {
     let c = cluster("OnFailure");
     let p = plan_with(&c, &Fixed::verdict(VerdictPhase::Succeeded, "")).unwrap();
     assert!(new_status(&p).is_true(Succeeded));
+}
+
+#[test]
+fn a_verdict_that_time_will_change_brings_the_job_back_at_that_moment() {
+    let c = cluster("OnFailure");
+    // Decided at 30 s; a grace period ends 5 s later.
+    let mut policies = Fixed::verdict(
+        VerdictPhase::Initializing,
+        "ContainersNotReady|ImagePullBackOff",
+    );
+    if let Ok(v) = &mut policies.verdict {
+        v.recheck_at = Some(at(35));
+    }
+    let p = plan_with(&c, &policies).unwrap();
+    assert_eq!(p.requeue_after, Some(std::time::Duration::from_secs(5)));
+    // A recheck time already past (a 0.1.0 policy's "now") adds no requeue of its own.
+    if let Ok(v) = &mut policies.verdict {
+        v.recheck_at = Some(at(30));
+    }
+    let p = plan_with(&c, &policies).unwrap();
+    assert_eq!(p.requeue_after, Some(tfjob_planner::plan::PENDING_RECHECK));
 }
 
 #[test]

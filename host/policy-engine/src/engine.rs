@@ -17,7 +17,7 @@ use wasmtime::{
 
 use tfjob_api::text;
 
-use crate::bindings::{self, classify, decorate, resources, settings};
+use crate::bindings::{self, classify, decorate, resources, settings, v0_1};
 use crate::clock::WaitPastDeadline;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
@@ -45,12 +45,13 @@ impl Hook {
         }
     }
 
-    /// The WIT interface a component exports for this hook.
+    /// The WIT interface a component exports for this hook (contract 0.2.0; a component of
+    /// 0.1.0 exports the same name at `@0.1.0`).
     pub fn interface(self) -> &'static str {
         match self {
-            Hook::Decorate => "tfjob:policy/decorate@0.1.0",
-            Hook::Resources => "tfjob:policy/resources@0.1.0",
-            Hook::Classify => "tfjob:policy/classify@0.1.0",
+            Hook::Decorate => "tfjob:policy/decorate@0.2.0",
+            Hook::Resources => "tfjob:policy/resources@0.2.0",
+            Hook::Classify => "tfjob:policy/classify@0.2.0",
         }
     }
 }
@@ -78,13 +79,50 @@ pub struct CompiledPolicy {
     pub size: usize,
     /// Component imports, e.g. `wasi:cli/environment@0.2.x`.
     pub imports: Vec<String>,
-    /// Component exports, e.g. `tfjob:policy/decorate@0.1.0`.
+    /// Component exports, e.g. `tfjob:policy/decorate@0.2.0`.
     pub exports: Vec<String>,
     pre: InstancePre<Sandbox>,
-    decorate: Option<decorate::GuestIndices>,
-    resources: Option<resources::GuestIndices>,
-    classify: Option<classify::GuestIndices>,
-    settings: Option<settings::GuestIndices>,
+    decorate: Option<Export<decorate::GuestIndices, v0_1::decorate::GuestIndices>>,
+    resources: Option<Export<resources::GuestIndices, v0_1::resources::GuestIndices>>,
+    classify: Option<Export<classify::GuestIndices, v0_1::classify::GuestIndices>>,
+    settings: Option<Export<settings::GuestIndices, v0_1::settings::GuestIndices>>,
+}
+
+/// A hook's export, found under the current contract or under 0.1.0.
+enum Export<Current, Compat> {
+    Current(Current),
+    V0_1(Compat),
+}
+
+impl<C, O> Export<C, O> {
+    /// The export under the current contract, else under 0.1.0, else none.
+    fn find(
+        current: wasmtime::Result<C>,
+        compat: impl FnOnce() -> wasmtime::Result<O>,
+    ) -> Option<Self> {
+        match current {
+            Ok(c) => Some(Export::Current(c)),
+            Err(_) => compat().ok().map(Export::V0_1),
+        }
+    }
+}
+
+impl CompiledPolicy {
+    /// The contract version the component was built against: `0.1.0` when its hooks are only
+    /// exported at 0.1.0, else the current one.
+    pub fn contract(&self) -> &'static str {
+        let old = [
+            matches!(self.decorate, Some(Export::V0_1(_))),
+            matches!(self.resources, Some(Export::V0_1(_))),
+            matches!(self.classify, Some(Export::V0_1(_))),
+            matches!(self.settings, Some(Export::V0_1(_))),
+        ];
+        if old.contains(&true) {
+            "0.1.0"
+        } else {
+            "0.2.0"
+        }
+    }
 }
 
 impl CompiledPolicy {
@@ -162,6 +200,8 @@ impl PolicyEngine {
             |s| s,
         )
         .map_err(|e| EngineSetupError(e.to_string()))?;
+        v0_1::tfjob::policy::log::add_to_linker::<Sandbox, HasSelf<Sandbox>>(&mut linker, |s| s)
+            .map_err(|e| EngineSetupError(e.to_string()))?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
@@ -281,10 +321,18 @@ impl PolicyEngine {
             size: wasm.len(),
             imports,
             exports,
-            decorate: decorate::GuestIndices::new(&pre).ok(),
-            resources: resources::GuestIndices::new(&pre).ok(),
-            classify: classify::GuestIndices::new(&pre).ok(),
-            settings: settings::GuestIndices::new(&pre).ok(),
+            decorate: Export::find(decorate::GuestIndices::new(&pre), || {
+                v0_1::decorate::GuestIndices::new(&pre)
+            }),
+            resources: Export::find(resources::GuestIndices::new(&pre), || {
+                v0_1::resources::GuestIndices::new(&pre)
+            }),
+            classify: Export::find(classify::GuestIndices::new(&pre), || {
+                v0_1::classify::GuestIndices::new(&pre)
+            }),
+            settings: Export::find(settings::GuestIndices::new(&pre), || {
+                v0_1::settings::GuestIndices::new(&pre)
+            }),
             pre,
         }))
     }
@@ -468,9 +516,14 @@ impl LimitedEngine<'_> {
         };
         self.engine
             .evaluate(&self.limits, policy, name, |store, instance| {
-                let verdict = indices
-                    .load(&mut *store, instance)?
-                    .call_validate_settings(&mut *store, settings)?;
+                let verdict = match indices {
+                    Export::Current(i) => i
+                        .load(&mut *store, instance)?
+                        .call_validate_settings(&mut *store, settings)?,
+                    Export::V0_1(i) => i
+                        .load(&mut *store, instance)?
+                        .call_validate_settings(&mut *store, settings)?,
+                };
                 Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
             })
     }
@@ -486,16 +539,23 @@ impl LimitedEngine<'_> {
     ) -> Result<String, EvalError> {
         let indices = hook(&policy.decorate, Hook::Decorate)?;
         self.engine.check_input("pod", pod)?;
-        let out = self
-            .engine
-            .evaluate(&self.limits, policy, name, |store, instance| {
-                indices.load(&mut *store, instance)?.call_decorate_pod(
+        let out = self.engine.evaluate(
+            &self.limits,
+            policy,
+            name,
+            |store, instance| match indices {
+                Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
                     &mut *store,
                     ctx,
                     settings,
                     pod,
-                )
-            })?;
+                ),
+                Export::V0_1(i) => Ok(i
+                    .load(&mut *store, instance)?
+                    .call_decorate_pod(&mut *store, &ctx.into(), settings, pod)?
+                    .map_err(Into::into)),
+            },
+        )?;
         self.engine.check_output("decorated pod", out.len())?;
         Ok(out)
     }
@@ -512,13 +572,30 @@ impl LimitedEngine<'_> {
     ) -> Result<String, EvalError> {
         let indices = hook(&policy.resources, Hook::Resources)?;
         self.engine.check_input("resources", requirements)?;
-        let out = self
-            .engine
-            .evaluate(&self.limits, policy, name, |store, instance| {
-                indices
+        let out = self.engine.evaluate(
+            &self.limits,
+            policy,
+            name,
+            |store, instance| match indices {
+                Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    container,
+                    requirements,
+                ),
+                Export::V0_1(i) => Ok(i
                     .load(&mut *store, instance)?
-                    .call_override_resources(&mut *store, ctx, settings, container, requirements)
-            })?;
+                    .call_override_resources(
+                        &mut *store,
+                        &ctx.into(),
+                        settings,
+                        container,
+                        requirements,
+                    )?
+                    .map_err(Into::into)),
+            },
+        )?;
         self.engine.check_output("resources", out.len())?;
         Ok(out)
     }
@@ -535,19 +612,35 @@ impl LimitedEngine<'_> {
     ) -> Result<bindings::Verdict, EvalError> {
         let indices = hook(&policy.classify, Hook::Classify)?;
         self.engine.check_input("pod", pod)?;
-        let verdict = self
-            .engine
-            .evaluate(&self.limits, policy, name, |store, instance| {
-                indices.load(&mut *store, instance)?.call_classify_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                    now,
-                )
-            })?;
-        self.engine
-            .check_output("verdict", verdict.reason.len() + verdict.message.len())?;
+        let verdict =
+            self.engine.evaluate(
+                &self.limits,
+                policy,
+                name,
+                |store, instance| match indices {
+                    Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
+                        &mut *store,
+                        ctx,
+                        settings,
+                        pod,
+                        now,
+                    ),
+                    Export::V0_1(i) => Ok(i
+                        .load(&mut *store, instance)?
+                        .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
+                        .map(|v| v0_1::verdict_at(v, now))
+                        .map_err(Into::into)),
+                },
+            )?;
+        let times = [&verdict.occurred_at, &verdict.recheck_at]
+            .into_iter()
+            .flatten()
+            .map(String::len)
+            .sum::<usize>();
+        self.engine.check_output(
+            "verdict",
+            verdict.reason.len() + verdict.message.len() + times,
+        )?;
         Ok(verdict)
     }
 }
@@ -594,7 +687,10 @@ fn hook<T>(indices: &Option<T>, hook: Hook) -> Result<&T, EvalError> {
     indices.as_ref().ok_or_else(|| {
         EvalError::new(
             Category::Link,
-            format!("the policy does not export {}", hook.interface()),
+            format!(
+                "the policy does not export {} (nor its 0.1.0 version)",
+                hook.interface()
+            ),
         )
     })
 }

@@ -31,6 +31,7 @@ pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
 pub mod structure;
+pub mod verdict_cache;
 pub mod verdict_guard;
 
 pub use metrics::PolicyMetrics;

@@ -58,6 +58,7 @@ pub struct PolicyMetrics {
     errors: Family<ErrorLabels, Counter>,
     latency: Family<HookLabels, Histogram>,
     disagreements: Family<DisagreementLabels, Counter>,
+    reused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -74,6 +75,7 @@ impl PolicyMetrics {
             errors: Family::default(),
             latency: Family::new_with_constructor(histogram),
             disagreements: Family::default(),
+            reused: Counter::default(),
         };
         registry.register(
             "tfjob_policy_evaluations",
@@ -89,6 +91,11 @@ impl PolicyMetrics {
             "tfjob_policy_evaluation_duration_seconds",
             "Time of one policy evaluation (a resources evaluation covers every container)",
             m.latency.clone(),
+        );
+        registry.register(
+            "tfjob_policy_verdicts_reused",
+            "Classifications answered from the verdict cache instead of calling the policies",
+            m.reused.clone(),
         );
         registry.register(
             "tfjob_policy_shadow_disagreements",
@@ -144,6 +151,11 @@ impl PolicyMetrics {
                 category: Category::Unavailable.as_str().to_owned(),
             })
             .inc();
+    }
+
+    /// Records a classification answered from the verdict cache.
+    pub fn reused(&self) {
+        self.reused.inc();
     }
 
     /// Records a shadow decision that differed from the enforced one.

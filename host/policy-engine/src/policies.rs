@@ -12,7 +12,7 @@
 //! namesake saw, or the final pod when there is none) and never change the pod or the verdict;
 //! every difference becomes a note (an event on the job) and a metric.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use jiff::Timestamp;
@@ -28,6 +28,7 @@ use crate::error::{Category, EvalError};
 use crate::guard;
 use crate::metrics::PolicyMetrics;
 use crate::registry::{ActivePolicy, FailurePolicy, PolicySet, Registry};
+use crate::verdict_cache::{VerdictCache, VerdictKey};
 use crate::verdict_guard;
 
 /// Annotation listing the policies (`name@short-digest`, comma-separated) that shaped a pod.
@@ -41,6 +42,8 @@ pub struct WasmPolicies {
     /// Used only when every classification policy failed under `Ignore`, so a pod is never
     /// left unclassified.
     fallback: NativePolicies,
+    /// Verdicts of unchanged pods, shared by every pinned view of these policies.
+    verdicts: Arc<Mutex<VerdictCache>>,
 }
 
 impl WasmPolicies {
@@ -50,7 +53,18 @@ impl WasmPolicies {
             registry,
             metrics: None,
             fallback: NativePolicies::default(),
+            verdicts: Arc::default(),
         }
+    }
+
+    /// How many verdicts the cache holds.
+    pub fn cached_verdicts(&self) -> usize {
+        self.cache().len()
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, VerdictCache> {
+        // A panic while holding it cannot leave a half-written entry: keep serving.
+        self.verdicts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records every evaluation in `metrics`.
@@ -91,15 +105,20 @@ pub const MAX_VERDICT_MESSAGE: usize = 16 << 10;
 /// Converts a WIT verdict, attributing it to `policy`; its texts are cut to
 /// [`MAX_VERDICT_REASON`] and [`MAX_VERDICT_MESSAGE`] at character boundaries.
 pub fn verdict_from(v: bindings::Verdict, policy: &str) -> Result<Verdict, EvalError> {
-    let occurred_at = match v.occurred_at {
-        Some(t) => Some(t.parse::<Timestamp>().map_err(|e| {
+    let time = |field: &str, t: Option<String>| match t {
+        Some(t) => t.parse::<Timestamp>().map(Some).map_err(|e| {
             EvalError::new(
                 Category::InvalidOutput,
-                format!("verdict occurred-at {t:?} is not RFC 3339: {e}"),
+                format!(
+                    "verdict {field} {:?} is not RFC 3339: {e}",
+                    text::elided(&t, 64)
+                ),
             )
-        })?),
-        None => None,
+        }),
+        None => Ok(None),
     };
+    let occurred_at = time("occurred-at", v.occurred_at)?;
+    let recheck_at = time("recheck-at", v.recheck_at)?;
     Ok(Verdict {
         phase: match v.phase {
             bindings::Phase::Undefined => VerdictPhase::Undefined,
@@ -118,6 +137,7 @@ pub fn verdict_from(v: bindings::Verdict, policy: &str) -> Result<Verdict, EvalE
             bindings::FailureKind::System => FailureKind::System,
         }),
         occurred_at,
+        recheck_at,
         policy: policy.to_owned(),
     })
 }
@@ -413,6 +433,7 @@ impl PodPolicies for WasmPolicies {
             registry: Arc::new(Registry::fixed(self.registry.snapshot())),
             metrics: self.metrics.clone(),
             fallback: NativePolicies::default(),
+            verdicts: Arc::clone(&self.verdicts),
         }))
     }
 
@@ -545,6 +566,31 @@ impl PodPolicies for WasmPolicies {
         let set = self.registry.snapshot();
         let mut notes = Vec::new();
         self.check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
+        // A configured policy that never loaded has something to say every time: no reuse.
+        let mut reusable = notes.is_empty();
+        let key = match (&pod.metadata.uid, &pod.metadata.resource_version) {
+            (Some(uid), Some(rv)) if reusable => {
+                let policies = set
+                    .enforced(Hook::Classify, &ctx.namespace, &ctx.job_labels)
+                    .chain(set.shadowing(Hook::Classify, &ctx.namespace, &ctx.job_labels))
+                    .map(|p| p.fingerprint())
+                    .collect();
+                let mut cache = self.cache();
+                let key = VerdictKey {
+                    resource_version: rv.clone(),
+                    policies,
+                    context: cache.context_hash(ctx),
+                };
+                if let Some(hit) = cache.get(uid, &key, now) {
+                    if let Some(m) = &self.metrics {
+                        m.reused();
+                    }
+                    return Ok(hit);
+                }
+                Some((uid.clone(), key))
+            }
+            _ => None,
+        };
         let wit_ctx = job_context(ctx);
         let pod_json = serde_json::to_string(pod).map_err(|e| PolicyError {
             policy: "operator".into(),
@@ -582,6 +628,8 @@ impl PodPolicies for WasmPolicies {
                 }
                 Err(e) if p.manifest.failure_policy == FailurePolicy::Ignore => {
                     tracing::warn!(policy = %p.label(), error = %e, "classification policy failed; ignored as configured");
+                    // The failure may pass (a timeout under load): decide afresh next time.
+                    reusable = false;
                 }
                 Err(e) => return Err(e.for_policy(&p.label())),
             }
@@ -614,14 +662,23 @@ impl PodPolicies for WasmPolicies {
                         key: format!("shadow/classify/{pod_name}/{enforced_text}/{shadow_text}"),
                     });
                 }
-                Err(e) => notes.push(PolicyNote {
-                    policy: p.label(),
-                    reason: "PolicyShadowFailed".into(),
-                    message: format!("shadow policy {} failed on pod {pod_name}: {e}", p.label()),
-                    warning: true,
-                    key: format!("shadow/classify/{pod_name}/failed"),
-                }),
+                Err(e) => {
+                    reusable = false;
+                    notes.push(PolicyNote {
+                        policy: p.label(),
+                        reason: "PolicyShadowFailed".into(),
+                        message: format!(
+                            "shadow policy {} failed on pod {pod_name}: {e}",
+                            p.label()
+                        ),
+                        warning: true,
+                        key: format!("shadow/classify/{pod_name}/failed"),
+                    });
+                }
             }
+        }
+        if let Some((uid, key)) = key.filter(|_| reusable) {
+            self.cache().put(&uid, key, &verdict, &notes, now);
         }
         Ok((verdict, notes))
     }

@@ -301,6 +301,17 @@ impl ActivePolicy {
         &self.manifest.name
     }
 
+    /// What its decisions depend on besides their inputs: the module and the settings, as a
+    /// hex sha256. Two activations of the same module with the same settings decide alike.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.compiled.digest.as_bytes());
+        h.update([0]);
+        h.update(self.settings.as_bytes());
+        hex::encode(h.finalize())
+    }
+
     pub fn runs(&self, hook: Hook) -> bool {
         self.manifest.hooks.contains(&hook)
     }

@@ -106,6 +106,19 @@ impl LogHost for Sandbox {
     }
 }
 
+/// Components built against contract 0.1.0 import `log@0.1.0`: the same records, the same
+/// budget.
+impl crate::bindings::v0_1::tfjob::policy::log::Host for Sandbox {
+    fn log(
+        &mut self,
+        level: crate::bindings::v0_1::tfjob::policy::log::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) {
+        LogHost::log(self, level.into(), message, fields);
+    }
+}
+
 /// What a record costs beyond its text: a record of empty strings still costs the host a
 /// formatting pass and a log line, so count and size are bounded together.
 const RECORD_COST: usize = 64;

@@ -1235,3 +1235,108 @@ fn a_pinned_view_keeps_the_policies_it_started_with_across_a_swap() {
     );
     assert!(!annotations(&policies).contains_key(APPLIED_ANNOTATION));
 }
+
+/// The default classifier behind the seam, with its evaluations counted.
+fn counted_classifier(settings: Value) -> (WasmPolicies, Arc<Registry>, impl Fn() -> (u64, u64)) {
+    let set = |settings: Value| {
+        let d = defaults::for_hook(Hook::Classify);
+        let mut m = defaults::manifest(d);
+        m.settings = settings;
+        PolicySet::new([tfjob_policy_engine::registry::activate(engine(), m, d.wasm).unwrap()])
+    };
+    let registry = Arc::new(Registry::new(set(settings)));
+    let mut metrics = prometheus_client::registry::Registry::default();
+    let policy_metrics = tfjob_policy_engine::metrics::PolicyMetrics::register(&mut metrics);
+    let policies =
+        WasmPolicies::new(Arc::clone(engine()), Arc::clone(&registry)).with_metrics(policy_metrics);
+    let counts = move || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics).unwrap();
+        let sum = |name: &str| -> u64 {
+            text.lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        };
+        (
+            sum("tfjob_policy_evaluations_total"),
+            sum("tfjob_policy_verdicts_reused_total"),
+        )
+    };
+    (policies, registry, counts)
+}
+
+/// A pod whose image cannot be pulled since 00:00:00 (grace period 180 s by default).
+fn backing_off(resource_version: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "w-0", "namespace": "ml", "uid": "pod-uid",
+            "resourceVersion": resource_version, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+          "containerStatuses": [{"name": "tensorflow", "ready": false, "restartCount": 0,
+             "image": "x", "imageID": "", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_classification_is_reused_until_the_pod_the_policy_the_context_or_the_time_changes() {
+    let (policies, registry, counts) = counted_classifier(json!({}));
+    let c = ctx();
+    let classify =
+        |p: &dyn PodPolicies, pod: &Pod, now: &str| p.classify(&c, pod, at(now)).unwrap();
+    let pod = backing_off("10");
+
+    let first = classify(&policies, &pod, "2026-01-01T00:01:00Z");
+    assert_eq!(first.phase, VerdictPhase::Initializing);
+    assert_eq!(first.recheck_at, Some(at("2026-01-01T00:03:00Z")));
+    assert_eq!(counts(), (1, 0));
+    // Same pod, policy and context, before the recheck time: reused, also by a pinned view.
+    assert_eq!(classify(&policies, &pod, "2026-01-01T00:02:00Z"), first);
+    let pinned = policies.pinned().unwrap();
+    assert_eq!(classify(&*pinned, &pod, "2026-01-01T00:02:30Z"), first);
+    assert_eq!(counts(), (1, 2));
+    // The pod changed.
+    let changed = backing_off("11");
+    classify(&policies, &changed, "2026-01-01T00:02:40Z");
+    assert_eq!(counts(), (2, 2));
+    // The recheck time came: the grace period is over and the verdict says so.
+    let late = classify(&policies, &changed, "2026-01-01T00:03:00Z");
+    assert_eq!(late.phase, VerdictPhase::RetryableFailure);
+    assert_eq!(late.recheck_at, None);
+    assert_eq!(counts(), (3, 2));
+    // A final verdict waits for nothing: reused however late.
+    assert_eq!(classify(&policies, &changed, "2026-01-02T00:00:00Z"), late);
+    assert_eq!(counts(), (3, 3));
+    // Another context: the replica was restarted.
+    let restarted = PodContext {
+        attempt: 1,
+        ..c.clone()
+    };
+    policies
+        .classify(&restarted, &changed, at("2026-01-02T00:00:00Z"))
+        .unwrap();
+    assert_eq!(counts(), (4, 3));
+    // A new policy version (here new settings: a longer grace period) decides afresh.
+    let d = defaults::for_hook(Hook::Classify);
+    let mut m = defaults::manifest(d);
+    m.settings = json!({"imagePullBackoffGracePeriod": "1h"});
+    registry.swap(PolicySet::new([tfjob_policy_engine::registry::activate(
+        engine(),
+        m,
+        d.wasm,
+    )
+    .unwrap()]));
+    let graced = classify(&policies, &changed, "2026-01-01T00:10:00Z");
+    assert_eq!(graced.phase, VerdictPhase::Initializing);
+    assert_eq!(graced.recheck_at, Some(at("2026-01-01T01:00:00Z")));
+    assert_eq!(counts(), (5, 3));
+    // A pod the API server never stored (no resourceVersion) is never reused.
+    let mut unstored = changed.clone();
+    unstored.metadata.resource_version = None;
+    classify(&policies, &unstored, "2026-01-01T00:10:00Z");
+    classify(&policies, &unstored, "2026-01-01T00:10:00Z");
+    assert_eq!(counts(), (7, 3));
+}

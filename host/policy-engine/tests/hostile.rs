@@ -312,7 +312,7 @@ fn modules_that_are_not_policies_are_link_errors() {
     };
     let err = activate(engine(), manifest, defaults::for_hook(Hook::Classify).wasm).unwrap_err();
     assert_eq!(err.category, Category::Link);
-    assert!(err.message.contains("tfjob:policy/decorate@0.1.0"), "{err}");
+    assert!(err.message.contains("tfjob:policy/decorate@0.2.0"), "{err}");
 }
 
 #[test]
@@ -980,4 +980,112 @@ fn a_module_crafted_to_compile_slowly_is_refused_before_compiling() {
     }
     // The engine goes on compiling and serving other modules.
     assert!(decorate("ok").is_ok());
+}
+
+/// The hostile policy as built against contract 0.1.0 (before `recheck-at`), kept to prove
+/// that components built then still run.
+const HOSTILE_0_1_0: &[u8] = include_bytes!("data/hostile-policy-0.1.0.wasm");
+
+#[test]
+fn components_built_against_contract_0_1_0_run_every_hook_and_their_verdicts_are_not_reused() {
+    let old = engine()
+        .compile(HOSTILE_0_1_0)
+        .expect("a 0.1.0 component compiles");
+    assert_eq!(old.contract(), "0.1.0");
+    assert_eq!(old.hooks(), Hook::ALL.to_vec());
+    assert!(old.validates_settings());
+    assert!(
+        old.exports
+            .iter()
+            .any(|e| e == "tfjob:policy/classify@0.1.0"),
+        "{:?}",
+        old.exports
+    );
+    assert_eq!(hostile().contract(), "0.2.0");
+
+    let settings = r#"{"mode": "ok"}"#;
+    let limited = engine().limited(engine().limits().call_limits());
+    limited.validate_settings(&old, "old", settings).unwrap();
+    // Settings are still checked by the component itself.
+    let refused = limited
+        .validate_settings(&old, "old", r#"{"mode": "nonsense"}"#)
+        .unwrap_err();
+    assert_eq!(refused.category, Category::Settings, "{refused}");
+    let pod = pod().to_string();
+    assert_eq!(
+        limited
+            .decorate(&old, "old", &wit_ctx(), settings, &pod)
+            .unwrap(),
+        pod
+    );
+    let requirements = r#"{"limits":{"cpu":"1"}}"#;
+    assert_eq!(
+        limited
+            .override_resources(
+                &old,
+                "old",
+                &wit_ctx(),
+                settings,
+                "tensorflow",
+                requirements
+            )
+            .unwrap(),
+        requirements
+    );
+
+    // Through the seam: the verdict says "ask again now", so it is never kept.
+    let mut manifest = PolicyManifest {
+        name: "old".into(),
+        hooks: vec![Hook::Classify],
+        settings: json!({"mode": "verdict", "phase": "running"}),
+        ..PolicyManifest::default()
+    };
+    manifest.failure_policy = tfjob_policy_engine::FailurePolicy::Fail;
+    let active = activate(engine(), manifest, HOSTILE_0_1_0).expect("activates");
+    let policies = WasmPolicies::new(
+        Arc::clone(engine()),
+        Arc::new(Registry::new(PolicySet::new([active]))),
+    );
+    let mut observed = base_pod();
+    observed.metadata.uid = Some("pod-uid".into());
+    observed.metadata.resource_version = Some("7".into());
+    let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let verdict = policies.classify(&ctx(), &observed, now).unwrap();
+    assert_eq!(verdict.phase, tfjob_planner::VerdictPhase::Running);
+    assert_eq!(verdict.recheck_at, Some(now));
+    assert_eq!(policies.cached_verdicts(), 0);
+}
+
+#[test]
+fn a_recheck_time_is_checked_like_any_output() {
+    let classify = |recheck_at: Value| {
+        let policies = hostile_policies(engine(), vec![Hook::Classify], "verdict", |m| {
+            m.settings = json!({"mode": "verdict", "phase": "running", "recheckAt": recheck_at});
+            m.failure_policy = tfjob_policy_engine::FailurePolicy::Fail;
+        });
+        let mut observed = base_pod();
+        observed.metadata.uid = Some("pod-uid".into());
+        observed.metadata.resource_version = Some("7".into());
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let result = policies.classify(&ctx(), &observed, now);
+        (result, policies.cached_verdicts())
+    };
+    // Not a time: refused as invalid output, naming the field, never kept.
+    let (result, kept) = classify(json!("tomorrow"));
+    let err = result.unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput, "{err}");
+    assert!(err.message.contains("recheck-at"), "{err}");
+    assert_eq!(kept, 0);
+    // Nearly a megabyte of it: refused, and the message quotes only the start of it.
+    let (result, _) = classify(json!("9".repeat(900 << 10)));
+    let err = result.unwrap_err();
+    assert_eq!(err.category, Category::InvalidOutput);
+    assert!(err.message.len() < 1024, "{} bytes", err.message.len());
+    // In the past: valid, and never reused. Far in the future: kept (until the pod changes).
+    let (result, kept) = classify(json!("1970-01-01T00:00:00Z"));
+    assert!(result.is_ok());
+    assert_eq!(kept, 0);
+    let (result, kept) = classify(json!("9000-01-01T00:00:00Z"));
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(kept, 1);
 }
