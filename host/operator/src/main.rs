@@ -5,6 +5,7 @@ mod cli;
 mod config_file;
 mod demo;
 mod policy_cmd;
+mod policy_new;
 mod policy_suite;
 mod render;
 mod run;

@@ -1,7 +1,8 @@
 //! `tfjob-operator policy test`, `inspect`, `pack` and `list`: run one hook of a policy in the
 //! sandbox or describe a policy module, without a cluster; package a policy as a ConfigMap the
 //! operator loads; list the policy ConfigMaps of a cluster with the status the operator gave
-//! them. `policy test --suite` (many cases) lives in [`crate::policy_suite`].
+//! them. `policy test --suite` (many cases, see [`crate::policy_suite`]) and `policy new`
+//! ([`crate::policy_new`]) live in modules of their own.
 //!
 //! A test activates the policy with the operator's own activation (`activate_checked`: manifest,
 //! limits, digest pin, exported hooks, `validate-settings`) and runs the hook behind the same
@@ -40,6 +41,9 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  tfjob-operator policy test --policy default --hook classify --input failed-pod.yaml --now 2026-01-01T00:05:00Z\n  tfjob-operator policy test --policy gpu.wasm --hook decorate --input pod.yaml --settings @gpu-settings.json\n  tfjob-operator policy test --policy default:default-resources --hook resources --input pod.yaml --container tensorflow\n  tfjob-operator policy test --suite tests/suite.yaml --policy gpu.wasm -o junit > results.xml\n\nWith --suite: exit status 0 when every case passes, 1 when one fails (with a diff of\nexpected and actual), 2 when the suite cannot run."
     )]
     Test(TestArgs),
+    /// Generate a ready-to-build policy crate: Cargo.toml, the contract's WIT, src/lib.rs with a
+    /// settings type and the chosen hooks, a native unit test, a test suite and a README.
+    New(crate::policy_new::NewArgs),
     /// Print a policy module's size, digest, hooks, imports and exports; with `--manifest`,
     /// also what the policy declares and would be granted under the ceiling.
     Inspect {
@@ -211,6 +215,7 @@ pub fn main(cmd: PolicyCommand) -> ExitCode {
             return crate::policy_suite::main(&args);
         }
         PolicyCommand::Test(args) => test(&args).map(Printed::Json),
+        PolicyCommand::New(args) => return crate::policy_new::main(&args),
         PolicyCommand::Inspect {
             policy,
             manifest,
