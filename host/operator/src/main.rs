@@ -6,6 +6,8 @@ mod config_file;
 mod demo;
 mod policy_cmd;
 mod policy_diff;
+mod policy_new;
+mod policy_suite;
 mod render;
 mod run;
 mod up;

@@ -1,7 +1,8 @@
 //! End-to-end tests of `tfjob-operator policy test` and `policy inspect`.
 //!
 //! Every test runs the built binary as a child process, the way a platform team would while
-//! writing a policy: the classification table of `tests/data/pods/cases.yaml` through the
+//! writing a policy: the classification suite of the default classifier
+//! (`guest-policies/classify/tests/classification.yaml`), case by case, through the
 //! embedded default policy, settings inline and from a file, decoration with a job context,
 //! resource overrides of one container, every kind of error (exit status 2, a clear message on
 //! stderr, nothing on stdout), a hostile policy stopped by the sandbox and the guard, and
@@ -46,12 +47,17 @@ fn failure(args: &[&str]) -> String {
     stderr
 }
 
+/// The pods of the classification suite.
 fn pods_dir() -> PathBuf {
-    common::repo("tests/data/pods")
+    common::repo("guest-policies/classify/tests/pods")
 }
 
+/// A pod of the classification suite, or `worker.yaml` (a pod before any policy).
 fn pod(file: &str) -> String {
-    let path = pods_dir().join(file);
+    let path = match file {
+        "worker.yaml" => common::repo("tests/data/pods/worker.yaml"),
+        _ => pods_dir().join(file),
+    };
     assert!(path.exists(), "{}", path.display());
     path.to_str().expect("UTF-8 path").to_owned()
 }
@@ -74,21 +80,37 @@ fn refs(args: &[String]) -> Vec<&str> {
 // classify
 // ---------------------------------------------------------------------------------------------
 
-/// A row of `cases.yaml`.
+/// A case of the classification suite, as far as a single `policy test` runs it.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Case {
     name: String,
-    pod: String,
-    now: String,
     #[serde(default)]
     settings: Option<Value>,
-    expect: Value,
+    input: CaseInput,
+    expect: CaseExpect,
+}
+
+#[derive(Debug, Deserialize)]
+struct CaseInput {
+    pod: String,
+    now: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct CaseExpect {
+    result: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct Suite {
+    cases: Vec<Case>,
 }
 
 fn cases() -> Vec<Case> {
-    let text = std::fs::read_to_string(pods_dir().join("cases.yaml")).expect("cases.yaml");
-    serde_yaml_ng::from_str(&text).expect("cases.yaml parses")
+    let path = common::repo("guest-policies/classify/tests/classification.yaml");
+    let text = std::fs::read_to_string(&path).expect("the classification suite");
+    let suite: Suite = serde_yaml_ng::from_str(&text).expect("the classification suite parses");
+    suite.cases
 }
 
 /// What `policy test --hook classify` prints for a verdict: phase, reason and message always,
@@ -111,11 +133,12 @@ fn classify_reproduces_every_case_of_the_table() {
     assert!(cases.len() >= 40, "{} cases", cases.len());
     let mut failures = Vec::new();
     for case in &cases {
-        let mut extra = vec!["--now".to_owned(), case.now.clone()];
+        let mut extra = vec!["--now".to_owned(), case.input.now.clone()];
         if let Some(settings) = &case.settings {
             extra.extend(["--settings".to_owned(), settings.to_string()]);
         }
-        let args = policy_test("classify", &case.pod, &refs(&extra));
+        let file = case.input.pod.strip_prefix("pods/").expect("pods/");
+        let args = policy_test("classify", file, &refs(&extra));
         let output = run(&refs(&args));
         if output.status.code() != Some(0) || !output.stderr.is_empty() {
             failures.push(format!(
@@ -127,7 +150,7 @@ fn classify_reproduces_every_case_of_the_table() {
             continue;
         }
         let out: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
-        let expected = printed(&case.expect);
+        let expected = printed(&case.expect.result);
         if out != expected {
             failures.push(format!(
                 "{}: printed\n  {out}\nexpected\n  {expected}",

@@ -1,12 +1,14 @@
 //! The default policies through the real Wasm path: the embedded components, compiled and run
 //! by the engine in the sandbox, against the behaviour tables of `default-policies.md`.
 //!
-//! Classification runs every case of `tests/data/pods/cases.yaml` and checks the Wasm verdict
-//! both against the expected one and against the native `tfjob_policy_logic` classification
-//! with the same settings. Decoration and resource overrides are checked field by field, and
-//! against the native logic where the pod is in k8s-openapi's own encoding. The last tests load
-//! policies the way the operator's flags do: `--policy-config` overrides of the defaults and a
-//! `--policy-dir` directory.
+//! The cases live in the default policies' test suites (`guest-policies/*/tests/*.yaml`, run by
+//! `tfjob-operator policy test --suite` in `host/operator/tests/policy_suites.rs`). Here every
+//! classification case is checked both against the verdict its suite expects and against the
+//! native `tfjob_policy_logic` classification with the same settings, and every decoration and
+//! resource case against the native logic (its pods are in k8s-openapi's own encoding). What a
+//! suite cannot say (raw settings text, order of JSON keys, the pipeline of several policies)
+//! is checked here directly. The last tests load policies the way the operator's flags do:
+//! `--policy-config` overrides of the defaults and a `--policy-dir` directory.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,8 +65,16 @@ fn default_policy(hook: Hook) -> (Arc<CompiledPolicy>, &'static str) {
     (compiled, d.name)
 }
 
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// The pods of the classification suite; `worker.yaml`, a pod before any policy, is shared
+/// with the operator's tests.
 fn pods_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pods")
+    repo("guest-policies/classify/tests/pods")
 }
 
 fn read_yaml(path: &Path) -> Value {
@@ -73,10 +83,13 @@ fn read_yaml(path: &Path) -> Value {
     serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A pod file of `tests/data/pods`, decoded as the operator holds it.
+/// A pod file of the classification suite (or `worker.yaml`), decoded as the operator holds it.
 fn pod_file(file: &str) -> Pod {
-    serde_json::from_value(read_yaml(&pods_dir().join(file)))
-        .unwrap_or_else(|e| panic!("{file} is not a Pod: {e}"))
+    let path = match file {
+        "worker.yaml" => repo("tests/data/pods/worker.yaml"),
+        _ => pods_dir().join(file),
+    };
+    serde_json::from_value(read_yaml(&path)).unwrap_or_else(|e| panic!("{file} is not a Pod: {e}"))
 }
 
 fn ctx() -> PodContext {
@@ -91,13 +104,6 @@ fn ctx() -> PodContext {
         replica_count: 4,
         attempt: 2,
     }
-}
-
-fn interruptible(value: &str) -> PodContext {
-    let mut c = ctx();
-    c.job_annotations
-        .insert("policy.tfjob.dev/interruptible".into(), value.into());
-    c
 }
 
 fn wit_ctx(c: &PodContext) -> JobContext {
@@ -131,28 +137,114 @@ fn sha256_hex(bytes: &[u8]) -> String {
 // Classification
 // ---------------------------------------------------------------------------------------------
 
-/// A row of `cases.yaml`.
+/// A suite of `guest-policies/*/tests/`, read for what these tests compare: the settings and the
+/// input of each case, and what it expects (the suite runner checks the expectations in full).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+struct Suite {
+    #[serde(default)]
+    context: Option<Value>,
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize)]
 struct Case {
     name: String,
-    pod: String,
-    now: String,
     #[serde(default)]
     settings: Option<Value>,
+    input: Input,
     expect: Value,
 }
 
+#[derive(Debug, Deserialize)]
+struct Input {
+    pod: Value,
+    #[serde(default)]
+    context: Option<Value>,
+    #[serde(default)]
+    now: Option<String>,
+    #[serde(default)]
+    container: Option<String>,
+}
+
+fn suite(path: &str) -> Suite {
+    let path = repo(path);
+    serde_json::from_value(read_yaml(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The classification suite's cases; each expects the whole verdict.
 fn cases() -> Vec<Case> {
-    serde_json::from_value(read_yaml(&pods_dir().join("cases.yaml"))).expect("cases.yaml parses")
+    suite("guest-policies/classify/tests/classification.yaml").cases
 }
 
 impl Case {
-    fn settings_text(&self) -> String {
-        self.settings
-            .as_ref()
-            .map_or_else(|| "{}".to_owned(), Value::to_string)
+    /// The settings text the case runs with; `default` when it gives none (the operator's).
+    fn settings_text(&self, default: &Value) -> String {
+        self.settings.as_ref().unwrap_or(default).to_string()
     }
+
+    /// The pod file of a classification case.
+    fn pod_file(&self) -> &str {
+        let file = self
+            .input
+            .pod
+            .as_str()
+            .expect("classification pods are files");
+        file.strip_prefix("pods/").expect("in pods/")
+    }
+
+    fn now(&self) -> &str {
+        self.input
+            .now
+            .as_deref()
+            .expect("classification cases give now")
+    }
+
+    /// The verdict expected.
+    fn verdict(&self) -> &Value {
+        &self.expect["result"]
+    }
+
+    /// The job context: the suite's with the case's fields laid over it.
+    fn context(&self, suite: &Suite) -> PodContext {
+        let mut fields = serde_json::Map::new();
+        for part in [&suite.context, &self.input.context].into_iter().flatten() {
+            fields.extend(
+                part.as_object()
+                    .expect("contexts are inline mappings")
+                    .clone(),
+            );
+        }
+        let c: SuiteContext = serde_json::from_value(Value::Object(fields))
+            .unwrap_or_else(|e| panic!("{}: context: {e}", self.name));
+        PodContext {
+            job_name: c.job_name,
+            namespace: c.namespace,
+            job_uid: c.job_uid,
+            job_labels: c.job_labels,
+            job_annotations: c.job_annotations,
+            replica_type: c.replica_type,
+            replica_index: c.replica_index,
+            replica_count: c.replica_count,
+            attempt: c.attempt,
+        }
+    }
+}
+
+/// A suite's job context (the suites of the defaults give every field).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SuiteContext {
+    job_name: String,
+    namespace: String,
+    job_uid: String,
+    #[serde(default)]
+    job_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    job_annotations: BTreeMap<String, String>,
+    replica_type: String,
+    replica_index: i32,
+    replica_count: i32,
+    attempt: i32,
 }
 
 /// Classifies `pod` with the Wasm default and returns the verdict as the planner gets it, in
@@ -186,20 +278,21 @@ fn every_classification_case_through_wasm_matches_the_table_and_the_native_logic
     let cases = cases();
     let mut failures = Vec::new();
     for case in &cases {
-        let pod = pod_file(&case.pod);
-        let settings = case.settings_text();
-        let (wasm, raw_occurred_at) = match wasm_classify(&settings, &pod, &case.now) {
+        let pod = pod_file(case.pod_file());
+        let settings = case.settings_text(&json!({}));
+        let (wasm, raw_occurred_at) = match wasm_classify(&settings, &pod, case.now()) {
             Ok(v) => v,
             Err(e) => {
                 failures.push(format!("{}: the Wasm policy failed: {e}", case.name));
                 continue;
             }
         };
-        let native = native_classify(&settings, &pod, &case.now);
-        if wasm != case.expect {
+        let native = native_classify(&settings, &pod, case.now());
+        if &wasm != case.verdict() {
             failures.push(format!(
                 "{}: Wasm verdict\n  {wasm}\nexpected\n  {}",
-                case.name, case.expect
+                case.name,
+                case.verdict()
             ));
         }
         if wasm != native {
@@ -209,10 +302,11 @@ fn every_classification_case_through_wasm_matches_the_table_and_the_native_logic
             ));
         }
         // The guest spells the time as RFC 3339 in UTC, exactly as the table writes it.
-        if raw_occurred_at.as_deref() != case.expect["occurredAt"].as_str() {
+        if raw_occurred_at.as_deref() != case.verdict()["occurredAt"].as_str() {
             failures.push(format!(
                 "{}: occurred-at {raw_occurred_at:?}, expected {}",
-                case.name, case.expect["occurredAt"]
+                case.name,
+                case.verdict()["occurredAt"]
             ));
         }
     }
@@ -230,7 +324,7 @@ fn the_cases_cover_every_row_of_the_classification_table() {
     let cases = cases();
     let reasons: Vec<&str> = cases
         .iter()
-        .filter_map(|c| c.expect["reason"].as_str())
+        .filter_map(|c| c.verdict()["reason"].as_str())
         .collect();
     for wanted in [
         "Unschedulable",
@@ -256,7 +350,7 @@ fn the_cases_cover_every_row_of_the_classification_table() {
     }
     let phases: Vec<&str> = cases
         .iter()
-        .filter_map(|c| c.expect["phase"].as_str())
+        .filter_map(|c| c.verdict()["phase"].as_str())
         .collect();
     for phase in [
         "undefined",
@@ -278,11 +372,11 @@ fn the_cases_cover_every_row_of_the_classification_table() {
         let outcomes: Vec<&str> = cases
             .iter()
             .filter(|c| {
-                c.expect["reason"]
+                c.verdict()["reason"]
                     .as_str()
                     .is_some_and(|r| r.ends_with(reason))
             })
-            .filter_map(|c| c.expect["phase"].as_str())
+            .filter_map(|c| c.verdict()["phase"].as_str())
             .collect();
         assert!(outcomes.contains(&"initializing"), "{reason}: {outcomes:?}");
         assert!(
@@ -294,17 +388,22 @@ fn the_cases_cover_every_row_of_the_classification_table() {
     let mut files: Vec<String> = std::fs::read_dir(pods_dir())
         .expect("pods dir")
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|f| f.ends_with(".yaml") && f != "cases.yaml" && f != "worker.yaml")
+        .filter(|f| f.ends_with(".yaml"))
         .collect();
     files.sort();
     for f in &files {
         assert!(
-            cases.iter().any(|c| &c.pod == f),
+            cases.iter().any(|c| c.pod_file() == f),
             "{f} is not used by a case"
         );
     }
     for c in &cases {
-        assert!(files.contains(&c.pod), "{}: no pod file {}", c.name, c.pod);
+        assert!(
+            files.iter().any(|f| f == c.pod_file()),
+            "{}: no pod file {}",
+            c.name,
+            c.pod_file()
+        );
     }
 }
 
@@ -457,179 +556,26 @@ fn default_settings_add_only_the_execution_env() {
     }
 }
 
-const ACCELERATORS: &str = r#"{
-    "accelerators": {
-        "nvidia.com/gpu": {
-            "volumes": [
-                {"name": "nvidia-driver", "hostPath": "/home/kubernetes/bin/nvidia", "mountPath": "/usr/local/nvidia"},
-                {"name": "nvidia-libs", "hostPath": "/usr/lib/nvidia", "mountPath": "/usr/local/nvidia/lib64"}
-            ],
-            "envVars": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "NVIDIA_VISIBLE_DEVICES": "all"}
-        },
-        "example.com/fpga": {
-            "volumes": [{"name": "fpga", "hostPath": "/dev/fpga", "mountPath": "/dev/fpga"}]
-        }
+/// The cases of a suite that end in a result (not a failure).
+fn result_cases(suite: &Suite) -> Vec<&Case> {
+    suite
+        .cases
+        .iter()
+        .filter(|c| c.expect.get("failure").is_none())
+        .collect()
+}
+
+#[test]
+fn every_decoration_case_of_the_suite_matches_the_native_logic() {
+    let suite = suite("guest-policies/decorate/tests/decoration.yaml");
+    let operators = defaults::default_settings(defaults::find("default-decorate").unwrap());
+    let cases = result_cases(&suite);
+    assert!(cases.len() >= 10, "{} cases", cases.len());
+    for case in cases {
+        let pod = canonical(case.input.pod.clone());
+        // `decorate` compares the Wasm policy's pod with the native logic's.
+        decorate(&case.settings_text(&operators), &case.context(&suite), &pod);
     }
-}"#;
-
-#[test]
-fn accelerators_go_to_the_containers_using_them_and_volumes_to_the_pod_once() {
-    let pod = canonical(json!({
-        "metadata": {"name": "mnist-worker-3"},
-        "spec": {
-            "initContainers": [{"name": "warm-up", "image": "tf",
-                "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
-            "containers": [
-                {"name": "tensorflow", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-                {"name": "log-shipper", "image": "fluent", "resources": {"requests": {"cpu": "100m"}}},
-                {"name": "evaluator", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "2"}},
-                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
-            ],
-            "volumes": [{"name": "data", "emptyDir": {}}]
-        }
-    }));
-    let out = decorate(ACCELERATORS, &ctx(), &pod);
-    assert_eq!(
-        out["spec"]["volumes"],
-        json!([
-            {"name": "data", "emptyDir": {}},
-            {"name": "nvidia-driver", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}},
-            {"name": "nvidia-libs", "hostPath": {"path": "/usr/lib/nvidia"}}
-        ])
-    );
-    let gpu_mounts = json!([
-        {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true},
-        {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true}
-    ]);
-    assert_eq!(out["spec"]["initContainers"][0]["volumeMounts"], gpu_mounts);
-    assert_eq!(out["spec"]["containers"][0]["volumeMounts"], gpu_mounts);
-    assert_eq!(
-        out["spec"]["containers"][2]["volumeMounts"],
-        json!([
-            {"name": "data", "mountPath": "/data"},
-            {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": true},
-            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64", "readOnly": true}
-        ])
-    );
-    assert!(out["spec"]["containers"][1].get("volumeMounts").is_none());
-    let mut gpu_env = pairs(&EXECUTION_ENV);
-    gpu_env.extend(pairs(&[
-        ("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
-        ("NVIDIA_VISIBLE_DEVICES", "all"),
-    ]));
-    assert_eq!(env(&out, "initContainers", 0), gpu_env);
-    assert_eq!(env(&out, "containers", 0), gpu_env);
-    assert_eq!(env(&out, "containers", 2), gpu_env);
-    assert_eq!(env(&out, "containers", 1), pairs(&EXECUTION_ENV));
-
-    // A pod without accelerators gets no volumes at all.
-    let plain = canonical(json!({"metadata": {"name": "ps-0"},
-        "spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}}));
-    let out = decorate(ACCELERATORS, &ctx(), &plain);
-    assert!(out["spec"].get("volumes").is_none(), "{out}");
-    assert!(out["spec"]["containers"][0].get("volumeMounts").is_none());
-}
-
-const TOLERATIONS: &str = r#"{
-    "resourceTolerations": {
-        "nvidia.com/gpu": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "cpu": [{"key": "dedicated", "value": "training", "effect": "NoSchedule"}],
-        "memory": [{"key": "high-memory", "operator": "Exists"}]
-    },
-    "interruptibleTolerations": [
-        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    ],
-    "defaultTolerations": [
-        {"key": "team", "operator": "Equal", "value": "ml"},
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-    ]
-}"#;
-
-fn toleration_pod() -> Value {
-    canonical(json!({
-        "metadata": {"name": "mnist-worker-3"},
-        "spec": {
-            "containers": [
-                {"name": "tensorflow", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-                {"name": "log-shipper", "image": "fluent", "resources": {"requests": {"cpu": "100m"}}}
-            ],
-            // Already present, with the implicit Equal operator.
-            "tolerations": [{"key": "team", "value": "ml"}]
-        }
-    }))
-}
-
-#[test]
-fn tolerations_by_resource_name_then_interruptible_then_default_without_duplicates() {
-    let expected_plain = json!([
-        {"key": "team", "value": "ml"},
-        {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-    ]);
-    for c in [ctx(), interruptible("True"), interruptible("yes")] {
-        let out = decorate(TOLERATIONS, &c, &toleration_pod());
-        assert_eq!(
-            out["spec"]["tolerations"], expected_plain,
-            "{:?}",
-            c.job_annotations
-        );
-    }
-    let out = decorate(TOLERATIONS, &interruptible("true"), &toleration_pod());
-    assert_eq!(
-        out["spec"]["tolerations"],
-        json!([
-            {"key": "team", "value": "ml"},
-            {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-            {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-        ])
-    );
-    // Decorating again adds nothing.
-    let again = decorate(TOLERATIONS, &interruptible("true"), &out);
-    assert_eq!(again["spec"]["tolerations"], out["spec"]["tolerations"]);
-}
-
-#[test]
-fn labels_annotations_node_selector_and_scheduler_fill_only_what_the_pod_leaves_unset() {
-    let settings = r#"{
-        "defaultLabels": {"team": "platform", "tier": "batch"},
-        "defaultAnnotations": {"cost-center": "42", "note": "platform"},
-        "nodeSelector": {"pool": "training", "zone": "a"},
-        "interruptibleNodeSelector": {"pool": "spot", "cloud.google.com/gke-spot": "true"},
-        "schedulerName": "volcano"
-    }"#;
-    let pod = canonical(json!({
-        "metadata": {"name": "mnist-worker-3", "labels": {"team": "ml"}, "annotations": {"note": "mine"}},
-        "spec": {"containers": [{"name": "tensorflow", "image": "tf"}], "nodeSelector": {"zone": "b"}}
-    }));
-    let out = decorate(settings, &ctx(), &pod);
-    assert_eq!(
-        out["metadata"]["labels"],
-        json!({"team": "ml", "tier": "batch"})
-    );
-    assert_eq!(
-        out["metadata"]["annotations"],
-        json!({"cost-center": "42", "note": "mine"})
-    );
-    assert_eq!(
-        out["spec"]["nodeSelector"],
-        json!({"pool": "training", "zone": "b"})
-    );
-    assert_eq!(out["spec"]["schedulerName"], "volcano");
-
-    let out = decorate(settings, &interruptible("true"), &pod);
-    assert_eq!(
-        out["spec"]["nodeSelector"],
-        json!({"cloud.google.com/gke-spot": "true", "pool": "spot", "zone": "b"})
-    );
-
-    let mut own_scheduler = pod.clone();
-    own_scheduler["spec"]["schedulerName"] = json!("kube-batch");
-    let out = decorate(settings, &ctx(), &own_scheduler);
-    assert_eq!(out["spec"]["schedulerName"], "kube-batch");
 }
 
 #[test]
@@ -720,13 +666,13 @@ fn wasm_resources(
 }
 
 /// Overrides through Wasm and checks the result equals the native logic's.
-fn resources(settings: &str, requirements: Value) -> Value {
-    let wasm = wasm_resources(settings, "tensorflow", requirements.clone())
-        .unwrap_or_else(|e| panic!("{e}"));
+fn resources(settings: &str, container: &str, requirements: Value) -> Value {
+    let wasm =
+        wasm_resources(settings, container, requirements.clone()).unwrap_or_else(|e| panic!("{e}"));
     let native_settings: ResourceSettings =
         settings_from_json(settings).unwrap_or_else(|e| panic!("{e}"));
     let parsed: ResourceRequirements = serde_json::from_value(requirements).unwrap();
-    let native = override_resources(&native_settings, "tensorflow", parsed).unwrap();
+    let native = override_resources(&native_settings, container, parsed).unwrap();
     assert_eq!(
         wasm,
         serde_json::to_value(native).unwrap(),
@@ -736,96 +682,26 @@ fn resources(settings: &str, requirements: Value) -> Value {
 }
 
 #[test]
-fn resources_get_default_requests_and_equal_limits() {
-    let out = resources("{}", json!({}));
-    assert_eq!(
-        out,
-        json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}})
-    );
-    // Defaults from settings replace the built-in ones one by one.
-    let out = resources(r#"{"defaults": {"requests": {"cpu": "250m"}}}"#, json!({}));
-    assert_eq!(out["requests"], json!({"cpu": "250m", "memory": "1Gi"}));
-}
-
-#[test]
-fn a_missing_request_takes_the_limit_and_a_missing_limit_the_request() {
-    let out = resources(
-        "{}",
-        json!({"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {}}),
-    );
-    assert_eq!(out["requests"], json!({"cpu": "2", "memory": "4Gi"}));
-    let out = resources(
-        "{}",
-        json!({"requests": {"cpu": "500m", "memory": "512Mi"}}),
-    );
-    assert_eq!(out["limits"], json!({"cpu": "500m", "memory": "512Mi"}));
-}
-
-#[test]
-fn platform_caps_apply_then_the_request_is_at_most_the_limit() {
-    let caps = r#"{"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}}"#;
-    let out = resources(
-        caps,
-        json!({"requests": {"cpu": "6", "memory": "16Gi"}, "limits": {"cpu": "8", "nvidia.com/gpu": "4"}}),
-    );
-    assert_eq!(
-        out,
-        json!({
-            "requests": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"},
-            "limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}
-        })
-    );
-    let out = resources(
-        "{}",
-        json!({"requests": {"cpu": "3"}, "limits": {"cpu": "2500m"}}),
-    );
-    assert_eq!(out["requests"]["cpu"], "2500m");
-    assert_eq!(out["limits"]["cpu"], "2500m");
-    // Under the cap nothing changes.
-    let out = resources(caps, json!({"requests": {"cpu": "1", "memory": "2Gi"}}));
-    assert_eq!(out["requests"], json!({"cpu": "1", "memory": "2Gi"}));
-}
-
-#[test]
-fn gpu_is_renamed_to_the_gpu_resource_name() {
-    let out = resources("{}", json!({"limits": {"gpu": "1"}}));
-    assert_eq!(
-        out,
-        json!({
-            "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-            "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
-        })
-    );
-    let out = resources(
-        r#"{"gpuResourceName": "amd.com/gpu"}"#,
-        json!({"requests": {"gpu": "2"}}),
-    );
-    assert_eq!(out["requests"]["amd.com/gpu"], "2");
-    assert_eq!(out["limits"]["amd.com/gpu"], "2");
-    assert!(out["requests"].get("gpu").is_none(), "{out}");
-    assert!(out["requests"].get("nvidia.com/gpu").is_none(), "{out}");
-}
-
-#[test]
-fn ephemeral_storage_and_the_gpu_only_when_present() {
-    let out = resources("{}", json!({}));
-    for list in ["requests", "limits"] {
-        assert!(out[list].get("ephemeral-storage").is_none(), "{out}");
-        assert!(out[list].get("nvidia.com/gpu").is_none(), "{out}");
+fn every_resources_case_of_the_suite_matches_the_native_logic() {
+    let suite = suite("guest-policies/resources/tests/overrides.yaml");
+    let cases = result_cases(&suite);
+    assert!(cases.len() >= 10, "{} cases", cases.len());
+    for case in cases {
+        let pod: Pod = serde_json::from_value(case.input.pod.clone())
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let containers = pod.spec.unwrap().containers;
+        let container = match &case.input.container {
+            Some(name) => containers.into_iter().find(|c| &c.name == name).unwrap(),
+            None => containers.into_iter().next().unwrap(),
+        };
+        let requirements = serde_json::to_value(container.resources.unwrap_or_default()).unwrap();
+        // `resources` compares the Wasm policy's requirements with the native logic's.
+        resources(
+            &case.settings_text(&json!({})),
+            &container.name,
+            requirements,
+        );
     }
-    let out = resources("{}", json!({"requests": {"ephemeral-storage": "10240Mi"}}));
-    assert_eq!(out["requests"]["ephemeral-storage"], "10Gi");
-    assert_eq!(out["limits"]["ephemeral-storage"], "10Gi");
-}
-
-#[test]
-fn quantities_come_out_canonical() {
-    let out = resources(
-        "{}",
-        json!({"requests": {"memory": "1024Mi", "cpu": "0.5"}, "limits": {"memory": "1536Mi"}}),
-    );
-    assert_eq!(out["requests"], json!({"cpu": "500m", "memory": "1Gi"}));
-    assert_eq!(out["limits"], json!({"cpu": "500m", "memory": "1536Mi"}));
 }
 
 #[test]

@@ -1,0 +1,681 @@
+//! `tfjob-operator policy new NAME`: a ready-to-build policy crate for a platform team.
+//!
+//! Starting a policy from the SDK's README means copying a manifest, a WIT file and a skeleton
+//! and getting each detail right (the crate type, the workspace table, the world, the settings
+//! type). The scaffold writes all of it for the chosen hooks: `Cargo.toml` with the SDK as a
+//! path dependency (inside a checkout of this repository, or with `--sdk-path`) or as the git
+//! dependency the SDK's README documents, the contract's WIT exactly as this operator embeds
+//! it, `src/lib.rs` with a settings type and one implementation per hook, a native unit test,
+//! a test suite for `policy test --suite` and a README. It builds with
+//! `cargo build --release --target wasm32-wasip2` and passes its own suite as generated.
+//!
+//! The name becomes the crate's name, its Rust type and the policy's name in the cluster, so it
+//! is held to a DNS label that is also a valid crate name: nothing in it can reach a path
+//! outside the directory. That directory must be new or empty; files are created, never
+//! overwritten, and what was written is removed again if writing fails half way.
+//!
+//! The templates live in `templates/policy-new/`. Their only syntax is `{{key}}` for a value and
+//! `{{#hook}}` ... `{{/hook}}` lines around what only that hook's policy has.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use tfjob_policy_engine::Hook;
+
+/// The contract as the operator embeds it: a generated policy always matches its operator.
+const CONTRACT_WIT: &str = include_str!("../../../wit/policy.wit");
+
+const CARGO_TOML: &str = include_str!("../templates/policy-new/Cargo.toml");
+const LIB_RS: &str = include_str!("../templates/policy-new/lib.rs");
+const WORLD_WIT: &str = include_str!("../templates/policy-new/world.wit");
+const SUITE_YAML: &str = include_str!("../templates/policy-new/suite.yaml");
+const README_MD: &str = include_str!("../templates/policy-new/README.md");
+const GITIGNORE: &str = include_str!("../templates/policy-new/gitignore");
+const WORKER_POD: &str = include_str!("../templates/policy-new/worker.yaml");
+const OOM_KILLED_POD: &str = include_str!("../templates/policy-new/oom-killed.yaml");
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  tfjob-operator policy new team-labels\n  tfjob-operator policy new gpu-limits --hooks decorate,resources --dir policies/gpu-limits\n  tfjob-operator policy new oom-permanent --hooks classify --sdk-path ../tfjob-operator/guest-policies/sdk\n\nThen: cd NAME && cargo build --release --target wasm32-wasip2 (the printed next steps run its test suite)."
+)]
+pub struct NewArgs {
+    /// The policy's name: a DNS label (lower-case letters, digits, `-`), also the crate's name.
+    pub name: String,
+    /// The hooks it implements, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "decorate", value_parser = parse_hook)]
+    pub hooks: Vec<Hook>,
+    /// The directory to create it in; must not exist or be empty [default: ./NAME].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// The SDK crate (`guest-policies/sdk` of the operator's repository) to depend on by path
+    /// [default: this repository's, when DIR is inside a checkout of it; else the git
+    /// repository].
+    #[arg(long, value_name = "DIR")]
+    pub sdk_path: Option<PathBuf>,
+}
+
+fn parse_hook(s: &str) -> Result<Hook, String> {
+    s.parse()
+}
+
+/// Why nothing (or nothing more) was generated.
+#[derive(Debug, thiserror::Error)]
+pub enum NewError {
+    #[error("NAME {name:?}: {reason}")]
+    Name { name: String, reason: String },
+    #[error("--hooks: {0}")]
+    Hooks(String),
+    #[error("--dir {}: {reason}", dir.display())]
+    Dir { dir: PathBuf, reason: String },
+    #[error("--sdk-path {}: {reason}", dir.display())]
+    Sdk { dir: PathBuf, reason: String },
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Words Rust or cargo keep for themselves: a crate cannot be named so.
+const RESERVED: &[&str] = &[
+    "as",
+    "async",
+    "await",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "fn",
+    "for",
+    "gen",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "type",
+    "unsafe",
+    "use",
+    "where",
+    "while",
+    "abstract",
+    "become",
+    "box",
+    "do",
+    "final",
+    "macro",
+    "override",
+    "priv",
+    "typeof",
+    "unsized",
+    "virtual",
+    "yield",
+    "try",
+    "std",
+    "core",
+    "alloc",
+    "test",
+    "proc-macro",
+    "proc_macro",
+];
+
+/// Checks `name`: a DNS label (it names the policy and its ConfigMap) that starts with a
+/// letter (it names the crate and a Rust type) and is not a reserved word.
+pub fn check_name(name: &str) -> Result<(), NewError> {
+    let refuse = |reason: &str| NewError::Name {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if name.is_empty() || name.len() > 63 {
+        return Err(refuse("must be 1 to 63 characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(refuse(
+            "may only hold lower-case letters, digits and `-` (it names the policy, its ConfigMap and the crate)",
+        ));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) || name.ends_with('-') {
+        return Err(refuse(
+            "must start with a letter and end with a letter or digit",
+        ));
+    }
+    if RESERVED.contains(&name) {
+        return Err(refuse("is reserved by Rust or cargo"));
+    }
+    Ok(())
+}
+
+/// `team-labels` -> `TeamLabelsPolicy`: the type that implements the hooks. The suffix keeps it
+/// clear of the types the crate declares (`Settings`).
+pub fn type_name(name: &str) -> String {
+    let mut out: String = name
+        .split('-')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect();
+    out.push_str("Policy");
+    out
+}
+
+/// Renders `template`: `{{key}}` takes `values[key]`; lines `{{#hook}}` and `{{/hook}}` keep
+/// what they enclose only for the hooks in `hooks`. Errors name what does not fit (a
+/// template of this crate's own, so a test renders every template for every choice of hooks).
+pub fn render(
+    template: &str,
+    hooks: &[Hook],
+    values: &BTreeMap<&str, String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    // The sections open around the current line, and whether each keeps its content.
+    let mut open: Vec<(Hook, bool)> = Vec::new();
+    for (n, line) in template.lines().enumerate() {
+        let trimmed = line.trim();
+        if let Some(section) = trimmed
+            .strip_prefix("{{#")
+            .and_then(|s| s.strip_suffix("}}"))
+        {
+            let hook: Hook = section
+                .parse()
+                .map_err(|e| format!("line {}: {e}", n + 1))?;
+            open.push((hook, hooks.contains(&hook)));
+            continue;
+        }
+        if let Some(section) = trimmed
+            .strip_prefix("{{/")
+            .and_then(|s| s.strip_suffix("}}"))
+        {
+            match open.pop() {
+                Some((hook, _)) if hook.as_str() == section => continue,
+                _ => return Err(format!("line {}: `{trimmed}` closes nothing open", n + 1)),
+            }
+        }
+        if open.iter().any(|(_, keep)| !keep) {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find("{{") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..]
+                .find("}}")
+                .ok_or_else(|| format!("line {}: `{{{{` without `}}}}`", n + 1))?;
+            let key = &rest[start + 2..start + end];
+            let value = values
+                .get(key)
+                .ok_or_else(|| format!("line {}: no value for {{{{{key}}}}}", n + 1))?;
+            out.push_str(value);
+            rest = &rest[start + end + 2..];
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    if let Some((hook, _)) = open.last() {
+        return Err(format!("{{{{#{hook}}}}} is never closed"));
+    }
+    Ok(out)
+}
+
+/// How the generated crate depends on the SDK.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SdkDependency {
+    /// A path, relative to the crate when it can be.
+    Path(PathBuf),
+    /// The operator's repository, at the tag of this operator's version.
+    Git,
+}
+
+impl SdkDependency {
+    fn toml(&self) -> String {
+        match self {
+            SdkDependency::Path(p) => format!(
+                "tfjob-policy-sdk = {{ path = {} }}",
+                toml_string(&p.to_string_lossy())
+            ),
+            SdkDependency::Git => format!(
+                "tfjob-policy-sdk = {{ git = {}, tag = {} }}",
+                toml_string(env!("CARGO_PKG_REPOSITORY")),
+                toml_string(&format!("v{}", env!("CARGO_PKG_VERSION")))
+            ),
+        }
+    }
+}
+
+/// A TOML basic string. JSON's string syntax is valid TOML for every character it escapes.
+fn toml_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}
+
+/// Whether `dir` holds the SDK crate.
+fn is_sdk(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.trim().replace(' ', "") == "name=\"tfjob-policy-sdk\"")
+    })
+}
+
+/// `to` relative to `from` (both absolute and canonical).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<Component<'_>> = from.components().collect();
+    let to: Vec<Component<'_>> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..from.len() {
+        out.push("..");
+    }
+    for c in &to[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+/// The SDK for a crate in `crate_dir` (canonical): `--sdk-path`, else the repository
+/// `crate_dir` is in, else git.
+fn sdk_dependency(crate_dir: &Path, sdk_path: Option<&Path>) -> Result<SdkDependency, NewError> {
+    if let Some(dir) = sdk_path {
+        let refuse = |reason: String| NewError::Sdk {
+            dir: dir.to_owned(),
+            reason,
+        };
+        let real = dir.canonicalize().map_err(|e| refuse(e.to_string()))?;
+        if !is_sdk(&real) {
+            return Err(refuse(
+                "holds no Cargo.toml of the tfjob-policy-sdk crate (guest-policies/sdk of the operator's repository)".into(),
+            ));
+        }
+        return Ok(SdkDependency::Path(relative(crate_dir, &real)));
+    }
+    for ancestor in crate_dir.ancestors().skip(1) {
+        let sdk = ancestor.join("guest-policies/sdk");
+        if is_sdk(&sdk) {
+            return Ok(SdkDependency::Path(relative(crate_dir, &sdk)));
+        }
+    }
+    Ok(SdkDependency::Git)
+}
+
+/// What was generated.
+#[derive(Debug)]
+pub struct Generated {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    pub sdk: SdkDependency,
+}
+
+/// The files of the crate, path relative to its directory, for `hooks`.
+pub fn files(
+    name: &str,
+    hooks: &[Hook],
+    sdk: &SdkDependency,
+) -> Result<Vec<(PathBuf, String)>, String> {
+    let mut values = BTreeMap::new();
+    values.insert("name", name.to_owned());
+    values.insert("crate_name", name.replace('-', "_"));
+    values.insert("type", type_name(name));
+    let names: Vec<&str> = hooks.iter().map(|h| h.as_str()).collect();
+    values.insert("hooks", names.join(", "));
+    values.insert("hooks_flag", names.join(","));
+    values.insert("sdk_dependency", sdk.toml());
+    let mut example = Vec::new();
+    if hooks.contains(&Hook::Decorate) {
+        example.push(r#""team": "ml""#);
+    }
+    if hooks.contains(&Hook::Resources) {
+        example.push(r#""defaultMemoryRequest": "512Mi""#);
+    }
+    if hooks.contains(&Hook::Classify) {
+        example.push(r#""permanentReasons": ["OOMKilled"]"#);
+    }
+    values.insert("settings_example", format!("{{{}}}", example.join(", ")));
+    let first = hooks[0];
+    values.insert("first_hook", first.to_string());
+    let (pod, now) = match first {
+        Hook::Classify => ("oom-killed.yaml", " \\\n  --now 2026-01-01T01:00:00Z"),
+        _ => ("worker.yaml", ""),
+    };
+    values.insert("first_pod", pod.to_owned());
+    values.insert("first_now", now.to_owned());
+
+    let render = |t: &str| render(t, hooks, &values);
+    let mut out = vec![
+        (PathBuf::from("Cargo.toml"), render(CARGO_TOML)?),
+        (PathBuf::from("README.md"), render(README_MD)?),
+        (PathBuf::from(".gitignore"), GITIGNORE.to_owned()),
+        (PathBuf::from("src/lib.rs"), render(LIB_RS)?),
+        (PathBuf::from("wit/world.wit"), render(WORLD_WIT)?),
+        (
+            PathBuf::from("wit/deps/tfjob-policy/policy.wit"),
+            CONTRACT_WIT.to_owned(),
+        ),
+        (PathBuf::from("tests/suite.yaml"), render(SUITE_YAML)?),
+    ];
+    if hooks.iter().any(|h| *h != Hook::Classify) {
+        out.push((
+            PathBuf::from("tests/pods/worker.yaml"),
+            WORKER_POD.to_owned(),
+        ));
+    }
+    if hooks.contains(&Hook::Classify) {
+        out.push((
+            PathBuf::from("tests/pods/oom-killed.yaml"),
+            OOM_KILLED_POD.to_owned(),
+        ));
+    }
+    Ok(out)
+}
+
+/// The hooks in contract order, each once.
+fn hooks_in_order(hooks: &[Hook]) -> Result<Vec<Hook>, NewError> {
+    if hooks.is_empty() {
+        return Err(NewError::Hooks("name at least one hook".into()));
+    }
+    if let Some(h) = hooks
+        .iter()
+        .enumerate()
+        .find_map(|(i, h)| hooks[..i].contains(h).then_some(h))
+    {
+        return Err(NewError::Hooks(format!("{h} is named twice")));
+    }
+    Ok(Hook::ALL
+        .into_iter()
+        .filter(|h| hooks.contains(h))
+        .collect())
+}
+
+/// Writes the crate. The directory must not exist, or be empty.
+pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
+    check_name(&args.name)?;
+    let hooks = hooks_in_order(&args.hooks)?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    let refuse = |reason: String| NewError::Dir {
+        dir: dir.clone(),
+        reason,
+    };
+    let created_dir = match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {
+            let mut entries = std::fs::read_dir(&dir).map_err(|e| refuse(e.to_string()))?;
+            if entries.next().is_some() {
+                return Err(refuse(
+                    "exists and is not empty; nothing was written (give a new or empty directory)"
+                        .into(),
+                ));
+            }
+            false
+        }
+        Ok(_) => return Err(refuse("exists and is not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir).map_err(|e| refuse(e.to_string()))?;
+            true
+        }
+        Err(e) => return Err(refuse(e.to_string())),
+    };
+    let real = dir.canonicalize().map_err(|e| refuse(e.to_string()))?;
+    let result = sdk_dependency(&real, args.sdk_path.as_deref()).and_then(|sdk| {
+        let files =
+            files(&args.name, &hooks, &sdk).map_err(|e| refuse(format!("template: {e}")))?;
+        write_all(&real, &files).map(|written| Generated {
+            dir: dir.clone(),
+            files: written,
+            sdk,
+        })
+    });
+    if result.is_err() && created_dir {
+        // Nothing half-made is left behind; the directory was ours.
+        let _ = std::fs::remove_dir_all(&real);
+    }
+    result
+}
+
+/// Writes `files` below `dir`, creating each (never following or replacing what is there);
+/// on failure removes what it wrote.
+fn write_all(dir: &Path, files: &[(PathBuf, String)]) -> Result<Vec<PathBuf>, NewError> {
+    let mut written: Vec<PathBuf> = Vec::new();
+    let mut made_dirs: Vec<PathBuf> = Vec::new();
+    let result = files.iter().try_for_each(|(relative, contents)| {
+        let path = dir.join(relative);
+        let fail = |source| NewError::Write {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            let mut missing: Vec<&Path> = parent
+                .ancestors()
+                .take_while(|p| *p != dir && !p.exists())
+                .collect();
+            missing.reverse();
+            for d in missing {
+                std::fs::create_dir(d).map_err(fail)?;
+                made_dirs.push(d.to_owned());
+            }
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(fail)?;
+        written.push(path.clone());
+        file.write_all(contents.as_bytes()).map_err(fail)
+    });
+    if let Err(e) = result {
+        for f in &written {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in made_dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+        return Err(e);
+    }
+    Ok(written)
+}
+
+pub fn main(args: &NewArgs) -> ExitCode {
+    match generate(args) {
+        Ok(g) => {
+            let dir = g.dir.display();
+            let sdk = match &g.sdk {
+                SdkDependency::Path(p) => format!("the SDK at {}", p.display()),
+                SdkDependency::Git => format!("the SDK from {}", env!("CARGO_PKG_REPOSITORY")),
+            };
+            let names: Vec<&str> = args.hooks.iter().map(|h| h.as_str()).collect();
+            println!(
+                "Created policy {} in {dir} (hooks: {}; {sdk}), {} files.\n\nNext:\n  cd {dir}\n  cargo test\n  cargo build --release --target wasm32-wasip2\n  tfjob-operator policy test --suite tests/suite.yaml --policy target/wasm32-wasip2/release/{}.wasm",
+                args.name,
+                names.join(", "),
+                g.files.len(),
+                args.name.replace('-', "_")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every non-empty choice of hooks.
+    fn combinations() -> Vec<Vec<Hook>> {
+        (1u8..8)
+            .map(|bits| {
+                Hook::ALL
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| bits & (1 << i) != 0)
+                    .map(|(_, h)| h)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn names_are_dns_labels_that_are_crate_names() {
+        for ok in ["team-labels", "a", "gpu2", "a-1", &"x".repeat(63)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "../evil",
+            "a/b",
+            ".",
+            "..",
+            "Team",
+            "team_labels",
+            "-x",
+            "x-",
+            "1team",
+            "team labels",
+            "naïve",
+            "fn",
+            "self",
+            "test",
+            "std",
+            &"x".repeat(64),
+            "a\0b",
+        ] {
+            let err = check_name(bad).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("NAME {bad:?}: ")), "{err}");
+        }
+    }
+
+    #[test]
+    fn type_names() {
+        assert_eq!(type_name("team-labels"), "TeamLabelsPolicy");
+        assert_eq!(type_name("settings"), "SettingsPolicy");
+        assert_eq!(type_name("a-1"), "A1Policy");
+    }
+
+    #[test]
+    fn sections_keep_what_the_hooks_chose() {
+        let values = BTreeMap::from([("x", "1".to_owned())]);
+        let t = "a {{x}}\n{{#decorate}}\nd\n  {{#classify}}\n  dc\n  {{/classify}}\n{{/decorate}}\n{{#classify}}\nc{{x}}{{x}}\n{{/classify}}\nz\n";
+        assert_eq!(
+            render(t, &[Hook::Decorate], &values).unwrap(),
+            "a 1\nd\nz\n"
+        );
+        assert_eq!(
+            render(t, &[Hook::Decorate, Hook::Classify], &values).unwrap(),
+            "a 1\nd\n  dc\nc11\nz\n"
+        );
+        assert_eq!(
+            render(t, &[Hook::Classify], &values).unwrap(),
+            "a 1\nc11\nz\n"
+        );
+        for bad in [
+            "{{y}}\n",
+            "{{#decorate}}\n",
+            "{{/decorate}}\n",
+            "{{#teapot}}\n{{/teapot}}\n",
+            "{{x\n",
+        ] {
+            assert!(render(bad, &[Hook::Decorate], &values).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_template_renders_for_every_choice_of_hooks() {
+        for hooks in combinations() {
+            for sdk in [SdkDependency::Git, SdkDependency::Path("../sdk".into())] {
+                let files = files("team-labels", &hooks, &sdk).unwrap();
+                for (path, text) in &files {
+                    assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
+                }
+                let get = |p: &str| &files.iter().find(|(f, _)| f == Path::new(p)).unwrap().1;
+                let world = get("wit/world.wit");
+                let lib = get("src/lib.rs");
+                for h in Hook::ALL {
+                    let chosen = hooks.contains(&h);
+                    assert_eq!(
+                        world.contains(&format!("export {};", h.interface())),
+                        chosen,
+                        "{hooks:?}\n{world}"
+                    );
+                    assert_eq!(
+                        lib.contains(&format!("tfjob::policy::{h}::Guest for")),
+                        chosen,
+                        "{hooks:?}"
+                    );
+                }
+                assert_eq!(get("wit/deps/tfjob-policy/policy.wit"), CONTRACT_WIT);
+                assert!(get("Cargo.toml").contains(&sdk.toml()));
+                assert!(get("Cargo.toml").contains("\n[workspace]\n"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_sdk_dependency_forms() {
+        assert_eq!(
+            SdkDependency::Path("../../guest-policies/sdk".into()).toml(),
+            r#"tfjob-policy-sdk = { path = "../../guest-policies/sdk" }"#
+        );
+        assert_eq!(
+            SdkDependency::Path("../we\"ird\\dir".into()).toml(),
+            r#"tfjob-policy-sdk = { path = "../we\"ird\\dir" }"#
+        );
+        let git = SdkDependency::Git.toml();
+        assert!(
+            git.starts_with(&format!(
+                "tfjob-policy-sdk = {{ git = \"{}\"",
+                env!("CARGO_PKG_REPOSITORY")
+            )),
+            "{git}"
+        );
+        assert!(
+            git.ends_with(&format!("tag = \"v{}\" }}", env!("CARGO_PKG_VERSION"))),
+            "{git}"
+        );
+        assert_eq!(
+            relative(Path::new("/a/b/c"), Path::new("/a/x/y")),
+            PathBuf::from("../../x/y")
+        );
+        assert_eq!(
+            relative(Path::new("/a"), Path::new("/a/b")),
+            PathBuf::from("b")
+        );
+    }
+
+    #[test]
+    fn the_hooks_come_in_contract_order_and_once() {
+        assert_eq!(
+            hooks_in_order(&[Hook::Classify, Hook::Decorate]).unwrap(),
+            vec![Hook::Decorate, Hook::Classify]
+        );
+        assert!(hooks_in_order(&[]).is_err());
+        let err = hooks_in_order(&[Hook::Decorate, Hook::Decorate]).unwrap_err();
+        assert_eq!(err.to_string(), "--hooks: decorate is named twice");
+    }
+}
