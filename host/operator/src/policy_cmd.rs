@@ -36,7 +36,8 @@ use tfjob_policy_engine::{
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Run one hook of a policy in the sandbox and print its result as JSON.
+    /// Run one hook of a policy in the sandbox and print its result as JSON, or (`--suite`)
+    /// every case of a test suite.
     #[command(
         after_help = "Examples:\n  tfjob-operator policy test --policy default --hook classify --input failed-pod.yaml --now 2026-01-01T00:05:00Z\n  tfjob-operator policy test --policy gpu.wasm --hook decorate --input pod.yaml --settings @gpu-settings.json\n  tfjob-operator policy test --policy default:default-resources --hook resources --input pod.yaml --container tensorflow\n  tfjob-operator policy test --suite tests/suite.yaml --policy gpu.wasm -o junit > results.xml\n\nWith --suite: exit status 0 when every case passes, 1 when one fails (with a diff of\nexpected and actual), 2 when the suite cannot run."
     )]
