@@ -30,7 +30,7 @@ pub mod status;
 pub mod usage;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,6 +230,11 @@ struct Tracked {
     log: LogPlan,
 }
 
+/// Whether a scheduling pass should try to place `t`: unscheduled, and scheduled here.
+fn waits_for_a_node(t: &Tracked) -> bool {
+    matches!(t.stage, Stage::Unscheduled) && t.scheduling != Scheduling::Unserved
+}
+
 impl Tracked {
     /// The pod's group, namespace first.
     fn group(&self) -> Option<GroupKey> {
@@ -366,6 +371,11 @@ struct Kubelet {
     nodes: Vec<Node>,
     /// Every pod seen, by uid.
     pods: HashMap<String, Tracked>,
+    /// The pods a scheduling pass looks at, in arrival order (seq, uid): every pod tracked as
+    /// unscheduled by a scheduler served here is in it (a pod never goes back to that stage);
+    /// one that left it is dropped by the next pass. So a pass costs O(waiting), not a walk of
+    /// every pod seen (50,000 at 10,000 jobs).
+    unscheduled: BTreeSet<(u64, String)>,
     /// Runs started per replica, across container restarts and pod recreations.
     runs: HashMap<RunKey, u32>,
     seq: u64,
@@ -509,6 +519,7 @@ impl Kubelet {
             events_t,
             nodes,
             pods: HashMap::new(),
+            unscheduled: BTreeSet::new(),
             runs: HashMap::new(),
             seq: 0,
             dirty: false,
@@ -716,6 +727,9 @@ impl Kubelet {
                 .or_default()
                 .insert(uid.clone());
             gang.stale.insert(key);
+        }
+        if waits_for_a_node(&t) {
+            self.unscheduled.insert((t.seq, uid.clone()));
         }
         self.pods.insert(uid, t);
     }
@@ -1314,14 +1328,13 @@ impl Kubelet {
     /// The pass itself; returns the groups whose waiting members it tried.
     fn schedule_pass(&mut self) -> HashSet<GroupKey> {
         let mut visited = HashSet::new();
-        let mut waiting: Vec<(u64, String)> = self
-            .pods
-            .iter()
-            .filter(|(_, t)| {
-                matches!(t.stage, Stage::Unscheduled) && t.scheduling != Scheduling::Unserved
-            })
-            .map(|(uid, t)| (t.seq, uid.clone()))
-            .collect();
+        let pods = &self.pods;
+        // A uid tracked again (a relist) has a new seq: its old entry goes too.
+        self.unscheduled.retain(|(seq, uid)| {
+            pods.get(uid)
+                .is_some_and(|t| t.seq == *seq && waits_for_a_node(t))
+        });
+        let waiting: Vec<(u64, String)> = self.unscheduled.iter().cloned().collect();
         let admitting = self.gang.as_ref().is_some_and(|g| {
             g.family == Family::Volcano
                 && g.groups
@@ -1331,7 +1344,6 @@ impl Kubelet {
         if waiting.is_empty() && !admitting {
             return visited;
         }
-        waiting.sort();
         let mut views: Vec<NodeView> = self
             .nodes
             .iter()

@@ -867,6 +867,13 @@ fn watch(
 
 /// Discovery documents: `/api`, `/apis`, `/api/v1`, `/apis/<group>/<version>`.
 fn discovery(store: &Store, segments: &[&str]) -> Option<Value> {
+    // Every request passes here first: only a discovery path pays for the copy of the types.
+    if !matches!(
+        segments,
+        ["api"] | ["api", "v1"] | ["apis"] | ["apis", _, _]
+    ) {
+        return None;
+    }
     let types = store.types();
     let resources = |group: &str, version: &str| -> Value {
         let list: Vec<Value> = types

@@ -260,7 +260,9 @@ fn main() {
     let mut all_pods = None;
     let mut all_done = None;
     let mut peak = 0;
-    let limit = Duration::from_secs(600);
+    // Ten minutes, or more for runs far beyond the targets' size (10,000 jobs take longer than
+    // ten minutes to run through two cores even at the target rate).
+    let limit = Duration::from_secs(600).max(Duration::from_millis(120) * jobs as u32);
     while all_done.is_none() && started.elapsed() < limit {
         std::thread::sleep(Duration::from_millis(200));
         peak = peak.max(operator.peak_rss_kib().unwrap_or(0));
