@@ -8,9 +8,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::Client;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use kube::runtime::events::{Event, EventType as KubeEventType};
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
+use crate::event_recorder::EventRecorder;
 use crate::gang::GangCaches;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -31,7 +32,7 @@ pub struct Context {
     /// Pods and services by their controller owner, read by each reconcile for its job.
     pub pods: OwnedCache<Pod>,
     pub services: OwnedCache<Service>,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     pub metrics: Metrics,
     pub settings: Settings,
     pub policies: Arc<dyn PodPolicies>,
@@ -53,7 +54,7 @@ impl Context {
         client: Client,
         pods: OwnedCache<Pod>,
         services: OwnedCache<Service>,
-        recorder: Recorder,
+        recorder: EventRecorder,
         metrics: Metrics,
         settings: Settings,
         policies: Arc<dyn PodPolicies>,
@@ -217,7 +218,7 @@ mod tests {
             client.clone(),
             pods,
             services,
-            Recorder::new(client, reporter),
+            EventRecorder::new(client, reporter),
             Metrics::register(&mut Registry::default()),
             Settings::default(),
             Arc::new(NativePolicies::default()),

@@ -11,6 +11,7 @@
 
 pub mod context;
 pub mod error;
+pub mod event_recorder;
 pub mod execute;
 pub mod gang;
 pub mod http;
@@ -36,12 +37,14 @@ use kube::Client;
 use kube::api::Api;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
 use tfjob_api::TFJob;
 use tfjob_api::labels::{CONTROLLER_NAME, OPERATOR_NAME, OPERATOR_NAME_VALUE};
 use tfjob_planner::{PodPolicies, Settings};
+
+use crate::event_recorder::EventRecorder;
 
 pub use context::Context;
 pub use error::Error;
@@ -125,7 +128,7 @@ pub async fn run(
         client.clone(),
         pod_cache.clone(),
         service_cache.clone(),
-        Recorder::new(client, reporter),
+        EventRecorder::new(client, reporter),
         metrics,
         config.settings,
         config.policies,

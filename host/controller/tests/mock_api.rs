@@ -13,13 +13,14 @@ use kube::Client;
 use kube::client::Body;
 use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
 use tfjob_api::parse::parse_tfjob_yaml;
 use tfjob_controller::Context;
+use tfjob_controller::event_recorder::EventRecorder;
 use tfjob_controller::metrics::Metrics;
 use tfjob_controller::owner_index::{self, OwnedWriter};
 use tfjob_controller::reconcile::reconcile;
@@ -46,7 +47,7 @@ fn fixture() -> Fixture {
         client.clone(),
         pod_store,
         service_store,
-        Recorder::new(
+        EventRecorder::new(
             client,
             Reporter {
                 controller: "tfjob-controller".into(),
