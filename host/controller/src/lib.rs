@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
 use kube::api::Api;
@@ -164,10 +164,20 @@ pub async fn run(
 
     // What `Controller::new` builds, with every trigger stream passing the work queue metrics.
     let (job_reader, job_writer) = reflector::store();
+    // kube-runtime's `Store::wait_until_ready` wakes only the task that polled it last (every
+    // clone shares one oneshot receiver), and the controller waits on the job store itself: a
+    // second task waiting there may never be woken, and readiness hung that way in one start
+    // in a few. So the job stream itself says when its first list is in.
+    let (jobs_listed_tx, mut jobs_listed) = tokio::sync::watch::channel(false);
     let job_stream = reflector(
         job_writer,
         watcher(jobs, watcher::Config::default().any_semantic()),
     )
+    .inspect_ok(move |event| {
+        if matches!(event, watcher::Event::InitDone) {
+            jobs_listed_tx.send_replace(true);
+        }
+    })
     .applied_objects();
     let mut controller = Controller::for_stream(queue.job_triggers(job_stream), job_reader)
         .owns_stream(queue.owner_triggers(pod_stream))
@@ -181,25 +191,20 @@ pub async fn run(
         .reconcile_all_on(config.leadership.gains())
         .with_config(ControllerConfig::default().concurrency(config.threads))
         .graceful_shutdown_on(shutdown.clone());
-    let job_store = controller.store();
-    // Readiness: every cache has been filled once.
+    // Readiness: every cache has been filled once. Nothing but this task waits on the pod,
+    // service and gang caches.
     {
         let ready = Arc::clone(&ready);
-        let (p, s, j) = (
-            pod_cache.store().clone(),
-            service_cache.store().clone(),
-            job_store,
-        );
+        let (p, s) = (pod_cache.store().clone(), service_cache.store().clone());
         let gang_stores = ctx
             .gang
             .as_ref()
             .map(|g| (g.pod_groups.clone(), g.priority_classes.clone()));
         tokio::spawn(async move {
-            let _ = tokio::join!(
-                p.wait_until_ready(),
-                s.wait_until_ready(),
-                j.wait_until_ready()
-            );
+            let _ = tokio::join!(p.wait_until_ready(), s.wait_until_ready(), async {
+                // The guard it returns is not `Send`: dropped here.
+                let _ = jobs_listed.wait_for(|listed| *listed).await;
+            });
             if let Some((groups, classes)) = gang_stores {
                 let _ = tokio::join!(groups.wait_until_ready(), classes.wait_until_ready());
             }

@@ -94,8 +94,11 @@ impl Cluster {
     /// Runs the binary against this cluster. Its log goes to the test's own stderr (shown
     /// when a test fails), never to a pipe nobody reads, which would block it once full.
     pub fn operator(&self, args: &[&str], env: &[(&str, &str)]) -> Killed {
+        // Its warnings and errors (the log is on standard output) reach the test's output, so a
+        // child that never becomes ready says why.
         Killed(
             self.command(args, env)
+                .stdout(Stdio::inherit())
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("tfjob-operator runs"),
