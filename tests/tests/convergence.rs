@@ -35,8 +35,8 @@ use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use common::{MAIN, is_true, phase, replica};
 use tfjob_conformance::{JOB_NAME, REPLICA_INDEX, REPLICA_TYPE};
 
-/// Longest wait for any single expected state. Under faults a failed reconcile is retried after
-/// the operator's 10 s error backoff (20 s, 40 s when it fails again), so this is generous.
+/// Longest wait for any single expected state. Under faults a reconcile that met an API error
+/// is retried after 100 ms, doubling while it keeps failing; this is generous.
 const WAIT: Duration = Duration::from_secs(150);
 /// Interval between two looks at the API.
 const POLL: Duration = Duration::from_millis(100);

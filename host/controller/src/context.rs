@@ -11,6 +11,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType as KubeEventType};
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
+use crate::error::Error;
 use crate::event_recorder::EventRecorder;
 use crate::gang::GangCaches;
 use crate::leader::Leadership;
@@ -19,8 +20,6 @@ use crate::owner_index::OwnedCache;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
 
-/// First delay after a failed reconcile; doubled per consecutive failure.
-pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// Longest delay between retries of a failing job.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(360);
 /// Once-keys remembered before the set is cleared (bounds memory on long runs).
@@ -137,12 +136,12 @@ impl Context {
         }
     }
 
-    /// The delay before retrying a job whose reconcile failed, doubling from 10 s to 360 s.
-    pub fn next_backoff(&self, key: (String, String)) -> Duration {
+    /// The delay before retrying a job whose reconcile failed with `error`: see [`backoff_for`].
+    pub fn next_backoff(&self, key: (String, String), error: &Error) -> Duration {
         let mut failures = self.failures.lock().expect("backoff lock");
         let n = failures.entry(key).or_insert(0);
         *n = n.saturating_add(1);
-        backoff_for(*n)
+        backoff_for(error.first_retry(), *n, error.retry_after())
     }
 
     /// Forgets a job's failures after a successful reconcile.
@@ -151,10 +150,16 @@ impl Context {
     }
 }
 
-/// Exponential backoff: 10 s, 20 s, 40 s, ... capped at 360 s.
-pub fn backoff_for(consecutive_failures: u32) -> Duration {
+/// Exponential backoff: `first`, doubled per consecutive failure, capped at [`BACKOFF_MAX`];
+/// never sooner than the server asked (`retry_after`), even past the cap.
+pub fn backoff_for(
+    first: Duration,
+    consecutive_failures: u32,
+    retry_after: Option<Duration>,
+) -> Duration {
     let exp = consecutive_failures.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
+    let delay = first.saturating_mul(1 << exp).min(BACKOFF_MAX);
+    retry_after.map_or(delay, |asked| delay.max(asked))
 }
 
 /// Sorted by name: the planner does not depend on the order of a job's objects, but a
@@ -176,6 +181,7 @@ mod tests {
     use prometheus_client::registry::Registry;
     use tfjob_planner::native::NativePolicies;
 
+    use crate::error::{API_FIRST_RETRY, FIRST_RETRY};
     use crate::owner_index;
 
     fn pod(name: &str, job_uid: &str) -> Pod {
@@ -246,9 +252,62 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_from_ten_seconds_to_six_minutes() {
-        let secs: Vec<u64> = (1..=8).map(|n| backoff_for(n).as_secs()).collect();
+    fn policy_failures_back_off_from_ten_seconds_to_six_minutes() {
+        let secs: Vec<u64> = (1..=8)
+            .map(|n| backoff_for(FIRST_RETRY, n, None).as_secs())
+            .collect();
         assert_eq!(secs, vec![10, 20, 40, 80, 160, 320, 360, 360]);
-        assert_eq!(backoff_for(u32::MAX), BACKOFF_MAX);
+        assert_eq!(backoff_for(FIRST_RETRY, u32::MAX, None), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn api_failures_are_retried_from_a_tenth_of_a_second() {
+        let millis: Vec<u128> = [1, 2, 3, 4, 12, 13]
+            .into_iter()
+            .map(|n| backoff_for(API_FIRST_RETRY, n, None).as_millis())
+            .collect();
+        assert_eq!(millis, vec![100, 200, 400, 800, 204_800, 360_000]);
+    }
+
+    #[test]
+    fn a_retry_after_from_the_server_is_waited_for_even_past_the_cap() {
+        let asked = Some(Duration::from_secs(2));
+        assert_eq!(
+            backoff_for(API_FIRST_RETRY, 1, asked),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            backoff_for(API_FIRST_RETRY, 6, asked),
+            Duration::from_millis(3_200)
+        );
+        let long = Duration::from_secs(600);
+        assert_eq!(backoff_for(API_FIRST_RETRY, 20, Some(long)), long);
+    }
+
+    fn api_error(code: u16, retry_after_seconds: u32) -> Error {
+        // As the API server sends it.
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "reason": "TooManyRequests", "code": code,
+            "details": {"retryAfterSeconds": retry_after_seconds},
+        }))
+        .expect("a Status");
+        Error::kube(
+            "creating pod a-worker-0",
+            kube::Error::Api(Box::new(status)),
+        )
+    }
+
+    #[test]
+    fn the_error_decides_the_first_retry_and_the_servers_wait() {
+        let throttled = api_error(429, 1);
+        assert_eq!(throttled.first_retry(), API_FIRST_RETRY);
+        assert_eq!(throttled.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(api_error(500, 0).retry_after(), None);
+        let stuck = Error::PolicyStuck {
+            running: Duration::from_secs(3),
+            bound: Duration::from_secs(3),
+        };
+        assert_eq!(stuck.first_retry(), FIRST_RETRY);
+        assert_eq!(stuck.retry_after(), None);
     }
 }

@@ -1,6 +1,13 @@
 //! The controller's error type, with a low-cardinality category for events and metrics.
 
+use std::time::Duration;
+
 use tfjob_planner::PlanError;
+
+/// First retry after a failed API call.
+pub const API_FIRST_RETRY: Duration = Duration::from_millis(100);
+/// First retry after a policy or internal failure.
+pub const FIRST_RETRY: Duration = Duration::from_secs(10);
 
 /// Why a reconcile failed. Every variant is retried with the per-job backoff.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +49,35 @@ impl Error {
             Error::Kube { .. } => "api",
             Error::Plan(_) | Error::PolicyStuck { .. } => "policy",
             Error::PlannerTask(_) | Error::Internal(_) => "internal",
+        }
+    }
+
+    /// The delay before the first retry of a job whose reconcile failed this way; each further
+    /// consecutive failure doubles it. An API error is usually over in moments (a 500, a
+    /// throttled or conflicting write, a dropped connection), and a job missing a pod whose
+    /// create failed waits on the retry: it comes soon, as training-operator 1.9's work queue
+    /// retried from 5 ms. A policy that could not decide, or an internal error, fails the same
+    /// way until something changes, so it waits longer before the sandbox is asked again.
+    pub fn first_retry(&self) -> Duration {
+        match self {
+            Error::Kube { .. } => API_FIRST_RETRY,
+            _ => FIRST_RETRY,
+        }
+    }
+
+    /// The wait the API server asked for (`Retry-After` on a 429 or 503), if it asked.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|&secs| secs > 0)
+                .map(|secs| Duration::from_secs(u64::from(secs))),
+            _ => None,
         }
     }
 

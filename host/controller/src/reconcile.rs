@@ -160,7 +160,7 @@ pub fn error_policy(
             invalid.metadata.name.clone().unwrap_or_default(),
         ),
     };
-    let delay = ctx.next_backoff(key.clone());
+    let delay = ctx.next_backoff(key.clone(), error);
     ctx.metrics
         .queue
         .retry_after(kube::Resource::meta(&*guard), delay);

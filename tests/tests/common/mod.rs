@@ -80,9 +80,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// Starts a cluster; must run inside a Tokio runtime.
 pub async fn start_cluster(options: ClusterOptions) -> EmbeddedCluster {
+    log_to_test_output();
     EmbeddedCluster::start(options)
         .await
         .expect("the embedded cluster starts")
+}
+
+/// Sends the operator's and the cluster's logs to the test's captured output, which is printed
+/// when the test fails: warnings by default (failed writes, retries), more under `TEST_LOG`
+/// (an `EnvFilter` directive such as `tfjob_controller=debug`).
+fn log_to_test_output() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TEST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A second cluster in the same binary finds the subscriber installed already.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// A whole cluster on a runtime of its own, which outlives every test that uses it.
