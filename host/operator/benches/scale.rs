@@ -19,7 +19,10 @@
 //!
 //! A one-shot run of a minute is not what criterion's sampling is for, so this bench has its
 //! own `main`: `cargo bench -p tfjob-operator --bench scale` (`TFJOB_SCALE_JOBS` sets N,
-//! default 1000).
+//! default 1000). `TFJOB_SCALE_OPERATOR_UNDER` starts the operator under a profiler, split on
+//! whitespace and put before the operator's command line (`heaptrack -o /tmp/op`, say). The
+//! memory and CPU time printed are then the profiler's process's, and the bench stops only that
+//! process at the end: stop the operator with SIGTERM for the profiler to write its data.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -210,8 +213,18 @@ fn main() {
     let store = Arc::clone(cluster.store());
 
     let metrics_addr = free_port();
+    let operator_exe = env!("CARGO_BIN_EXE_tfjob-operator");
+    let under = std::env::var("TFJOB_SCALE_OPERATOR_UNDER").unwrap_or_default();
+    let mut command = match under.split_whitespace().collect::<Vec<_>>().split_first() {
+        Some((tool, args)) => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(operator_exe);
+            c
+        }
+        None => Command::new(operator_exe),
+    };
     let operator = OperatorProcess(
-        Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+        command
             .args(["run", "--threads", "8"])
             .arg("--metrics-bind-address")
             .arg(metrics_addr.to_string())
@@ -231,7 +244,8 @@ fn main() {
     let ready = Instant::now();
     while cluster.requests().snapshot().count(Verb::Watch, "tfjobs") == 0 {
         assert!(
-            ready.elapsed() < Duration::from_secs(60),
+            // A profiler slows the start (compiling the policies) many times over.
+            ready.elapsed() < Duration::from_secs(if under.is_empty() { 60 } else { 600 }),
             "the operator never started watching"
         );
         std::thread::sleep(Duration::from_millis(20));
