@@ -195,7 +195,7 @@ pub async fn run(
     // service and gang caches.
     {
         let ready = Arc::clone(&ready);
-        let (p, s) = (pod_cache.store().clone(), service_cache.store().clone());
+        let (p, s) = (pod_cache.clone(), service_cache.clone());
         let gang_stores = ctx
             .gang
             .as_ref()
