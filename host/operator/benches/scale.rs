@@ -23,6 +23,10 @@
 //! whitespace and put before the operator's command line (`heaptrack -o /tmp/op`, say). The
 //! memory and CPU time printed are then the profiler's process's, and the bench stops only that
 //! process at the end: stop the operator with SIGTERM for the profiler to write its data.
+//!
+//! The operator runs with the environment of the release image (the `ENV` lines of the
+//! repository's `Dockerfile`: the allocator's settings), so the memory measured is the deployed
+//! operator's.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -77,6 +81,17 @@ impl OperatorProcess {
     fn peak_rss_kib(&self) -> Option<u64> {
         peak_rss_kib(&self.0.id().to_string())
     }
+}
+
+/// The variables the release image sets (`ENV NAME=VALUE ...` lines of the `Dockerfile`).
+fn image_env() -> Vec<(String, String)> {
+    include_str!("../../../Dockerfile")
+        .lines()
+        .filter_map(|line| line.strip_prefix("ENV "))
+        .flat_map(str::split_whitespace)
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
 }
 
 /// Peak resident set size in KiB (`VmHWM`) of process `pid`.
@@ -234,6 +249,7 @@ fn main() {
             .args(["--kube-api-qps", "1000000", "--kube-api-burst", "1000000"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
+            .envs(image_env())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -264,6 +280,14 @@ fn main() {
     let mut slowest_get = Duration::ZERO;
     let mut gets = 0u32;
 
+    let env: Vec<String> = image_env()
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    println!(
+        "operator environment from the Dockerfile: {}",
+        env.join(" ")
+    );
     println!("submitting {jobs} TFJobs of 1 PS + 4 workers");
     let started = Instant::now();
     for i in 0..jobs {
