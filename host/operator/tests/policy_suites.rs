@@ -493,3 +493,45 @@ fn the_default_policies_pass_their_own_suites() {
     }
     assert!(total >= 70, "{total} cases");
 }
+
+/// The operator starts a policy's calls from the instance its `validate-settings` left; a
+/// policy whose hooks read what that call left behind decides differently there than in a
+/// pristine instance, and `policy test` says so.
+#[test]
+fn a_policy_that_depends_on_what_validate_settings_left_fails_its_case() {
+    let dir = workspace();
+    let file = write(
+        dir.path(),
+        "suite.yaml",
+        br#"
+policy: hostile.wasm
+now: "2026-01-01T00:00:00Z"
+context: {jobName: mnist, namespace: ml}
+cases:
+- name: counts its validations
+  hook: classify
+  settings: {mode: count-in-settings}
+  input: {pod: worker.yaml}
+  expect:
+    verdict: {phase: running}
+- name: decides alike either way
+  hook: classify
+  settings: {mode: verdict, phase: queued}
+  input:
+    pod: {metadata: {name: p}, status: {phase: Pending}}
+  expect:
+    verdict: {phase: queued}
+"#,
+    );
+    let (code, out) = suite(&file, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.ends_with("\n1 passed, 1 failed\n"), "{out}");
+    assert!(
+        out.contains(
+            "failure invalid-output: the policy decides differently in an instance started after \
+             validate-settings"
+        ) && out.contains(r#""message":"1""#)
+            && out.contains(r#""message":"0""#),
+        "{out}"
+    );
+}

@@ -1089,3 +1089,104 @@ fn a_recheck_time_is_checked_like_any_output() {
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(kept, 1);
 }
+
+// Pre-initialised instances: what `validate-settings` leaves is where each call starts, and
+// nothing more; a policy that cannot be pre-initialised still runs.
+
+fn classify_message(policy: &CompiledPolicy, settings: &str) -> String {
+    engine()
+        .classify(
+            policy,
+            "hostile",
+            &wit_ctx(),
+            settings,
+            &pod().to_string(),
+            "2026-01-01T00:00:00Z",
+        )
+        .expect("count-in-settings classifies")
+        .message
+}
+
+#[test]
+fn calls_start_from_the_snapshot_of_their_settings_and_share_nothing_else() {
+    let manifest = PolicyManifest {
+        name: "counter".into(),
+        hooks: vec![Hook::Classify],
+        settings: json!({"mode": "count-in-settings"}),
+        ..PolicyManifest::default()
+    };
+    let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).expect("activates");
+    let policy = &active.compiled;
+    assert!(policy.can_be_prepared());
+    assert!(
+        policy.is_prepared_for(&active.settings),
+        "activation prepares"
+    );
+    // The snapshot was taken after one `validate-settings`; each call gets its own copy of
+    // it, so no call sees another's state.
+    for _ in 0..3 {
+        assert_eq!(classify_message(policy, &active.settings), "1");
+    }
+    // Another settings text (the same document, spaced differently) has no snapshot: a
+    // pristine instance, in which `validate-settings` never ran.
+    let spaced = format!(" {}", active.settings);
+    assert!(!policy.is_prepared_for(&spaced));
+    assert_eq!(classify_message(policy, &spaced), "0");
+    // Preparing again for the same text is a no-op that reports the snapshot exists.
+    assert_eq!(
+        engine()
+            .limited(active.limits)
+            .prepare(policy, "counter", &active.settings),
+        Ok(true)
+    );
+    assert_eq!(classify_message(policy, &active.settings), "1");
+}
+
+#[test]
+fn a_snapshot_over_the_module_limit_is_refused_and_the_policy_still_runs() {
+    let policy = patient_engine().compile(HOSTILE_POLICY_WASM).unwrap();
+    let hoard = settings("hoard-in-settings");
+    let err = patient_engine()
+        .limited(patient_engine().limits().call_limits())
+        .prepare(&policy, "hoard", &hoard)
+        .unwrap_err();
+    assert_eq!(err.category, Category::Memory, "{err}");
+    assert!(
+        err.message.contains("the pre-initialised module would be")
+            && err.message.contains("the module limit is 4194304"),
+        "{err}"
+    );
+    assert!(!policy.is_prepared_for(&hoard));
+    let out = patient_engine()
+        .decorate(&policy, "hoard", &wit_ctx(), &hoard, &pod().to_string())
+        .expect("decorates as ok");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), pod());
+}
+
+#[test]
+fn preparing_is_bounded_by_the_deadline_and_failing_to_prepare_loses_nothing() {
+    let policy = hostile();
+    for mode in ["loop-in-settings", "sleep-in-settings"] {
+        let started = Instant::now();
+        let err = engine()
+            .limited(engine().limits().call_limits())
+            .prepare(&policy, "hostile", &settings(mode))
+            .unwrap_err();
+        assert_eq!(err.category, Category::Timeout, "{mode}: {err}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{mode}: took {:?}",
+            started.elapsed()
+        );
+        assert!(!policy.is_prepared_for(&settings(mode)));
+    }
+    // Settings `validate-settings` rejects get no snapshot, and say why.
+    let err = engine()
+        .limited(engine().limits().call_limits())
+        .prepare(&policy, "hostile", &settings("teleport"))
+        .unwrap_err();
+    assert_eq!(err.category, Category::Settings, "{err}");
+    // The module serves well-behaved calls as before.
+    let out: Value = serde_json::from_str(&decorate("ok").unwrap()).unwrap();
+    assert_eq!(out["spec"], pod()["spec"]);
+}
