@@ -29,11 +29,7 @@
 //!
 //! `validate-settings` itself misbehaves in three more modes: `sleep-in-settings` (sleeps an
 //! hour), `long-error-in-settings` (rejects with the `long-error` text) and `loop-in-settings`
-//! (never returns); their hooks behave as `ok`. Two more leave state behind for an instance
-//! pre-initialised from it: `hoard-in-settings` keeps 8 MiB of non-zero bytes alive and
-//! accepts (hooks as `ok`), and `count-in-settings` counts its calls in the instance and
-//! accepts; its `classify-pod` answers `running` with reason `validations` and that count as
-//! the message (other hooks as `ok`).
+//! (never returns); their hooks behave as `ok`.
 //!
 //! Reports: `read-file` tries `/etc/passwd` and reports `denied` or the first 64 bytes read;
 //! `env` reports `count=<n> visible=<true|false>` for `std::env::vars_os()`; `network` tries a
@@ -50,8 +46,6 @@ use tfjob_policy_sdk::wit::{JobContext, Phase, PolicyError, Verdict};
 const BIG_OUTPUT: usize = 16 * 1024 * 1024;
 /// `memory` allocates in chunks of this size.
 const MEMORY_CHUNK: usize = 1024 * 1024;
-/// What `hoard-in-settings` keeps alive.
-const HOARD: usize = 8 * 1024 * 1024;
 /// How much of a readable `/etc/passwd` the `read-file` report shows.
 const READ_FILE_PREFIX: usize = 64;
 
@@ -79,8 +73,6 @@ enum Mode {
     SleepInSettings,
     LongErrorInSettings,
     LoopInSettings,
-    HoardInSettings,
-    CountInSettings,
     #[default]
     Ok,
 }
@@ -109,8 +101,6 @@ impl Mode {
             Mode::SleepInSettings => "sleep-in-settings",
             Mode::LongErrorInSettings => "long-error-in-settings",
             Mode::LoopInSettings => "loop-in-settings",
-            Mode::HoardInSettings => "hoard-in-settings",
-            Mode::CountInSettings => "count-in-settings",
             Mode::Ok => "ok",
         }
     }
@@ -154,23 +144,9 @@ impl bindings::exports::tfjob::policy::settings::Guest for Hostile {
             Mode::SleepInSettings => sleep_long(),
             Mode::LoopInSettings => spin(),
             Mode::LongErrorInSettings => Err(long_text(s.pad)),
-            Mode::HoardInSettings => {
-                HOARDED.with(|h| h.borrow_mut().push(vec![0xA5; HOARD]));
-                Ok(())
-            }
-            Mode::CountInSettings => {
-                VALIDATIONS.with(|n| n.set(n.get() + 1));
-                Ok(())
-            }
             _ => Ok(()),
         }
     }
-}
-
-thread_local! {
-    // Instance state that `validate-settings` leaves behind (single-threaded guest).
-    static HOARDED: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
-    static VALIDATIONS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 impl bindings::exports::tfjob::policy::decorate::Guest for Hostile {
@@ -304,10 +280,6 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
                 recheck_at: s.recheck_at.clone(),
                 ..running("hostile", "as configured".into())
             }),
-            Mode::CountInSettings => Ok(running(
-                "validations",
-                VALIDATIONS.with(|n| n.get()).to_string(),
-            )),
             _ => Ok(running("", String::new())),
         }
     }

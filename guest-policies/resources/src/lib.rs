@@ -29,7 +29,7 @@ impl bindings::exports::tfjob::policy::resources::Guest for DefaultResources {
         container_name: String,
         resources: String,
     ) -> Result<String, PolicyError> {
-        let settings = settings::load_shared::<ResourceSettings>(&settings)?;
+        let settings: ResourceSettings = settings::load(&settings)?;
         let resources = convert::resources_from_json(&resources)?;
         let resources = override_resources(&settings, &container_name, resources)
             .map_err(PolicyError::InvalidInput)?;

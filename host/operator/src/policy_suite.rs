@@ -35,7 +35,7 @@ use serde_json::{Map, Value, json};
 use tfjob_planner::PodContext;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_policy_engine::policies::job_context;
-use tfjob_policy_engine::{ActivePolicy, Category, EvalError, Hook, PolicyEngine, SandboxLimits};
+use tfjob_policy_engine::{Category, EvalError, Hook, PolicyEngine, SandboxLimits};
 
 use crate::policy_cmd::{
     ContextFile, HookInput, PolicySource, TestArgs, container, policy_source, run_hook,
@@ -1346,63 +1346,23 @@ fn run_case(engine: &PolicyEngine, source: &PolicySource, case: &Case) -> Outcom
         .activate(engine, case.hook, case.settings.as_ref())
         .map_err(|e| Failure::from(EvalError::from(e)))?;
     let ctx = job_context(&case.context);
-    let now = case.now.unwrap_or_else(jiff::Timestamp::now);
-    let run = |policy: &ActivePolicy| -> Outcome {
-        let input = match case.hook {
-            Hook::Decorate => HookInput::Decorate(&case.pod),
-            Hook::Resources => HookInput::Resources(
-                // Checked when the suite was loaded.
-                container(&case.pod, case.container.as_deref()).map_err(|message| Failure {
-                    category: FailureCategory::InvalidOutput,
-                    message,
-                })?,
-            ),
-            Hook::Classify => HookInput::Classify {
-                pod: &case.pod,
-                now,
-            },
-        };
-        run_hook(engine, policy, &ctx, input)
-            .map(|out| out.into_json())
-            .map_err(Failure::from)
-    };
-    let outcome = run(&active);
-    if !active.compiled.is_prepared_for(&active.settings) {
-        return outcome;
-    }
-    // The operator starts the policy's calls from the instance `validate-settings` left (a
-    // snapshot); the policy must decide as it does in a pristine instance. The same document
-    // spaced differently is a settings text no snapshot was taken for.
-    let pristine = ActivePolicy {
-        manifest: active.manifest.clone(),
-        settings: format!(" {}", active.settings),
-        allowed: active.allowed.clone(),
-        limits: active.limits,
-        compiled: Arc::clone(&active.compiled),
-    };
-    let again = run(&pristine);
-    let alike = match (&outcome, &again) {
-        (Ok(a), Ok(b)) => a == b,
-        (Err(a), Err(b)) => a.category == b.category,
-        _ => false,
-    };
-    if alike {
-        return outcome;
-    }
-    let show = |o: &Outcome| match o {
-        Ok(v) => v.to_string(),
-        Err(f) => format!("{} failure: {}", f.category, f.message),
-    };
-    Err(Failure {
-        category: FailureCategory::InvalidOutput,
-        message: format!(
-            "the policy decides differently in an instance started after validate-settings \
-             ({}) than in a pristine one ({}): a hook must not depend on what validate-settings \
-             leaves in memory",
-            show(&outcome),
-            show(&again)
+    let input = match case.hook {
+        Hook::Decorate => HookInput::Decorate(&case.pod),
+        Hook::Resources => HookInput::Resources(
+            // Checked when the suite was loaded.
+            container(&case.pod, case.container.as_deref()).map_err(|message| Failure {
+                category: FailureCategory::InvalidOutput,
+                message,
+            })?,
         ),
-    })
+        Hook::Classify => HookInput::Classify {
+            pod: &case.pod,
+            now: case.now.unwrap_or_else(jiff::Timestamp::now),
+        },
+    };
+    run_hook(engine, &active, &ctx, input)
+        .map(|out| out.into_json())
+        .map_err(Failure::from)
 }
 
 // ---------------------------------------------------------------------------------------------

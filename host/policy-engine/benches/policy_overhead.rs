@@ -2,13 +2,9 @@
 //! natively, and against the floor of a JSON contract, per hook, in one criterion run.
 //!
 //! - `<hook>/wasm`: one full evaluation through `PolicyEngine::{decorate, override_resources,
-//!   classify}` of the embedded default policy (compiled, and pre-initialised with the
-//!   benchmark's settings as activation does, once before measuring). Every call builds a fresh
-//!   store and instance with the operator's default limits (deadline, memory cap, no ambient
-//!   authority), exactly as the operator evaluates a policy.
-//! - `<hook>/wasm-pristine`: the same call with the same settings document spaced differently,
-//!   a text no snapshot was taken for: the instance starts from the component's own memory
-//!   image and the guest decodes its settings, as every call did before pre-initialisation.
+//!   classify}` of the embedded default policy (compiled once before measuring). Every call
+//!   builds a fresh store and instance with the operator's default limits (deadline, memory
+//!   cap, no ambient authority), exactly as the operator evaluates a policy.
 //! - `<hook>/native`: the `tfjob_policy_logic` function the guest runs, with the work the guest
 //!   does around it: decoding and validating the settings document, decoding the JSON input
 //!   into k8s-openapi types, deciding, and encoding the result.
@@ -483,20 +479,6 @@ fn native_classify(settings: &str, pod: &str, now: &str) -> (String, Option<Stri
     )
 }
 
-/// The benchmark's settings document of `hook`.
-fn settings_for(hook: Hook) -> &'static str {
-    match hook {
-        Hook::Decorate => DECORATE_SETTINGS,
-        Hook::Resources => RESOURCE_SETTINGS,
-        Hook::Classify => CLASSIFY_SETTINGS,
-    }
-}
-
-/// The same document as another text, for which no snapshot exists.
-fn pristine(settings: &str) -> String {
-    format!(" {settings}")
-}
-
 // The floors (see the module documentation).
 
 fn floor_decorate(pod: &str) -> String {
@@ -536,20 +518,6 @@ impl Inputs {
             .compile(FLOOR_RESOURCES_WAT.as_bytes())
             .expect("the floor component compiles");
         let ctx = logic_context();
-        for (hook, policy) in Hook::ALL.iter().zip(&policies) {
-            let d = defaults::for_hook(*hook);
-            let settings = settings_for(*hook);
-            let prepared = engine
-                .limited(engine.limits().call_limits())
-                .prepare(policy, d.name, settings)
-                .expect("the default policy can be pre-initialised");
-            assert!(
-                prepared && policy.is_prepared_for(settings),
-                "{} prepared",
-                d.name
-            );
-            assert!(!policy.is_prepared_for(&pristine(settings)));
-        }
         let inputs = Inputs {
             floor_resources,
             wit_ctx: wit_context(&ctx),
@@ -569,17 +537,24 @@ impl Inputs {
         (&self.policies[i], defaults::for_hook(hook).name)
     }
 
-    fn wasm_decorate(&self, settings: &str) -> String {
+    fn wasm_decorate(&self) -> String {
         let (p, name) = self.policy(Hook::Decorate);
         self.engine
-            .decorate(p, name, &self.wit_ctx, settings, &self.pod)
+            .decorate(p, name, &self.wit_ctx, DECORATE_SETTINGS, &self.pod)
             .expect("decorate")
     }
 
-    fn wasm_resources(&self, settings: &str) -> String {
+    fn wasm_resources(&self) -> String {
         let (p, name) = self.policy(Hook::Resources);
         self.engine
-            .override_resources(p, name, &self.wit_ctx, settings, CONTAINER, &self.resources)
+            .override_resources(
+                p,
+                name,
+                &self.wit_ctx,
+                RESOURCE_SETTINGS,
+                CONTAINER,
+                &self.resources,
+            )
             .expect("resources")
     }
 
@@ -596,10 +571,17 @@ impl Inputs {
             .expect("floor resources")
     }
 
-    fn wasm_classify(&self, settings: &str) -> bindings::Verdict {
+    fn wasm_classify(&self) -> bindings::Verdict {
         let (p, name) = self.policy(Hook::Classify);
         self.engine
-            .classify(p, name, &self.wit_ctx, settings, &self.observed, NOW)
+            .classify(
+                p,
+                name,
+                &self.wit_ctx,
+                CLASSIFY_SETTINGS,
+                &self.observed,
+                NOW,
+            )
             .expect("classify")
     }
 
@@ -607,28 +589,17 @@ impl Inputs {
     fn check(&self) {
         for hook in Hook::ALL {
             let (p, name) = self.policy(hook);
-            let settings = settings_for(hook);
+            let settings = match hook {
+                Hook::Decorate => DECORATE_SETTINGS,
+                Hook::Resources => RESOURCE_SETTINGS,
+                Hook::Classify => CLASSIFY_SETTINGS,
+            };
             self.engine
                 .validate_settings(p, name, settings)
                 .expect("the benchmark's settings are valid");
         }
 
-        // A snapshot and a pristine instance decide alike.
-        assert_eq!(
-            self.wasm_decorate(DECORATE_SETTINGS),
-            self.wasm_decorate(&pristine(DECORATE_SETTINGS))
-        );
-        assert_eq!(
-            self.wasm_resources(RESOURCE_SETTINGS),
-            self.wasm_resources(&pristine(RESOURCE_SETTINGS))
-        );
-        assert_eq!(
-            format!("{:?}", self.wasm_classify(CLASSIFY_SETTINGS)),
-            format!("{:?}", self.wasm_classify(&pristine(CLASSIFY_SETTINGS)))
-        );
-
-        let wasm: Value =
-            serde_json::from_str(&self.wasm_decorate(DECORATE_SETTINGS)).expect("JSON");
+        let wasm: Value = serde_json::from_str(&self.wasm_decorate()).expect("JSON");
         let native: Value =
             serde_json::from_str(&native_decorate(&self.ctx, DECORATE_SETTINGS, &self.pod))
                 .expect("JSON");
@@ -647,8 +618,7 @@ impl Inputs {
             assert_eq!(got, Some(len), "{pointer} after decoration");
         }
 
-        let wasm: Value =
-            serde_json::from_str(&self.wasm_resources(RESOURCE_SETTINGS)).expect("JSON");
+        let wasm: Value = serde_json::from_str(&self.wasm_resources()).expect("JSON");
         let native: Value = serde_json::from_str(&native_resources(
             RESOURCE_SETTINGS,
             CONTAINER,
@@ -658,7 +628,7 @@ impl Inputs {
         assert_eq!(wasm, native, "resources differ");
         assert_eq!(wasm["requests"]["nvidia.com/gpu"], "1", "{wasm}");
 
-        let wasm = self.wasm_classify(CLASSIFY_SETTINGS);
+        let wasm = self.wasm_classify();
         let (native, occurred_at) = native_classify(CLASSIFY_SETTINGS, &self.observed, NOW);
         // Exit code 1 of the tensorflow container: a permanent failure of the user's code.
         assert_eq!(wasm.phase, bindings::Phase::PermanentFailure, "{wasm:?}");
@@ -678,13 +648,7 @@ impl Inputs {
 
 fn bench(c: &mut Criterion, inputs: &Inputs) {
     let mut group = c.benchmark_group("decorate");
-    group.bench_function("wasm", |b| {
-        b.iter(|| black_box(inputs.wasm_decorate(DECORATE_SETTINGS)))
-    });
-    let spaced = pristine(DECORATE_SETTINGS);
-    group.bench_function("wasm-pristine", |b| {
-        b.iter(|| black_box(inputs.wasm_decorate(&spaced)))
-    });
+    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_decorate())));
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_decorate(
@@ -700,13 +664,7 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
     group.finish();
 
     let mut group = c.benchmark_group("resources");
-    group.bench_function("wasm", |b| {
-        b.iter(|| black_box(inputs.wasm_resources(RESOURCE_SETTINGS)))
-    });
-    let spaced = pristine(RESOURCE_SETTINGS);
-    group.bench_function("wasm-pristine", |b| {
-        b.iter(|| black_box(inputs.wasm_resources(&spaced)))
-    });
+    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_resources())));
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_resources(
@@ -720,13 +678,7 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
     group.finish();
 
     let mut group = c.benchmark_group("classify");
-    group.bench_function("wasm", |b| {
-        b.iter(|| black_box(inputs.wasm_classify(CLASSIFY_SETTINGS)))
-    });
-    let spaced = pristine(CLASSIFY_SETTINGS);
-    group.bench_function("wasm-pristine", |b| {
-        b.iter(|| black_box(inputs.wasm_classify(&spaced)))
-    });
+    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_classify())));
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_classify(
@@ -772,21 +724,12 @@ fn median_ns(dir: &Path, group: &str, function: &str, since: SystemTime) -> Opti
 fn summary(dir: &Path, since: SystemTime) {
     let mut ratios = Vec::new();
     let mut floors = Vec::new();
-    let mut snapshots = Vec::new();
     for group in GROUPS {
         let median = |function| median_ns(dir, group, function, since);
         let (Some(wasm), native, floor) = (median("wasm"), median("native"), median("floor"))
         else {
             continue;
         };
-        if let Some(pristine) = median("wasm-pristine") {
-            snapshots.push(format!(
-                "{group:<10} from the snapshot {:>9.2} us   pristine {:>9.2} us   {:>5.2}x faster",
-                wasm / 1e3,
-                pristine / 1e3,
-                pristine / wasm
-            ));
-        }
         if let Some(native) = native {
             ratios.push(format!(
                 "{group:<10} wasm {:>9.2} us   native {:>8.2} us   wasm/native {:>5.2}x",
@@ -814,12 +757,6 @@ fn summary(dir: &Path, since: SystemTime) {
     if !ratios.is_empty() {
         println!("\nMedian ratio wasm/native (criterion estimates of this run, {dir:?}):");
         for line in ratios {
-            println!("  {line}");
-        }
-    }
-    if !snapshots.is_empty() {
-        println!("\nPre-initialised instances against pristine ones:");
-        for line in snapshots {
             println!("  {line}");
         }
     }

@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use arc_swap::ArcSwap;
-
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker};
 use wasmtime::{
@@ -83,70 +81,11 @@ pub struct CompiledPolicy {
     pub imports: Vec<String>,
     /// Component exports, e.g. `tfjob:policy/decorate@0.2.0`.
     pub exports: Vec<String>,
-    /// The component as uploaded (text turned into binary), kept when it could be instrumented
-    /// for pre-initialisation: what a snapshot rewrites. `base` is then its instrumented form,
-    /// which behaves the same and can also be read by the host.
-    snapshottable: Option<Arc<[u8]>>,
-    base: Linked,
-    /// Snapshots taken after `validate-settings` accepted a settings document (see
-    /// `preinit.rs`), newest first, at most [`MAX_PREPARED`].
-    prepared: ArcSwap<Vec<Arc<Prepared>>>,
-}
-
-/// Most settings documents one compiled policy keeps a pre-initialised snapshot for. The same
-/// module active under several names with different settings is rare; a document beyond these
-/// runs in plain instances.
-pub const MAX_PREPARED: usize = 4;
-
-/// A component linked against the sandbox, with its hooks' export indices.
-struct Linked {
     pre: InstancePre<Sandbox>,
     decorate: Option<Export<decorate::GuestIndices, v0_1::decorate::GuestIndices>>,
     resources: Option<Export<resources::GuestIndices, v0_1::resources::GuestIndices>>,
     classify: Option<Export<classify::GuestIndices, v0_1::classify::GuestIndices>>,
     settings: Option<Export<settings::GuestIndices, v0_1::settings::GuestIndices>>,
-}
-
-impl Linked {
-    fn new(pre: InstancePre<Sandbox>) -> Linked {
-        Linked {
-            decorate: Export::find(decorate::GuestIndices::new(&pre), || {
-                v0_1::decorate::GuestIndices::new(&pre)
-            }),
-            resources: Export::find(resources::GuestIndices::new(&pre), || {
-                v0_1::resources::GuestIndices::new(&pre)
-            }),
-            classify: Export::find(classify::GuestIndices::new(&pre), || {
-                v0_1::classify::GuestIndices::new(&pre)
-            }),
-            settings: Export::find(settings::GuestIndices::new(&pre), || {
-                v0_1::settings::GuestIndices::new(&pre)
-            }),
-            pre,
-        }
-    }
-}
-
-/// A snapshot of the policy pre-initialised with one settings document.
-struct Prepared {
-    settings: Box<str>,
-    linked: Linked,
-}
-
-/// Where a call's instance comes from: the policy's pre-initialised snapshot for the call's
-/// settings, or the component itself.
-enum Source<'a> {
-    Base(&'a Linked),
-    Prepared(Arc<Prepared>),
-}
-
-impl Source<'_> {
-    fn linked(&self) -> &Linked {
-        match self {
-            Source::Base(linked) => linked,
-            Source::Prepared(prepared) => &prepared.linked,
-        }
-    }
 }
 
 /// A hook's export, found under the current contract or under 0.1.0.
@@ -172,12 +111,11 @@ impl CompiledPolicy {
     /// The contract version the component was built against: `0.1.0` when its hooks are only
     /// exported at 0.1.0, else the current one.
     pub fn contract(&self) -> &'static str {
-        let b = &self.base;
         let old = [
-            matches!(b.decorate, Some(Export::V0_1(_))),
-            matches!(b.resources, Some(Export::V0_1(_))),
-            matches!(b.classify, Some(Export::V0_1(_))),
-            matches!(b.settings, Some(Export::V0_1(_))),
+            matches!(self.decorate, Some(Export::V0_1(_))),
+            matches!(self.resources, Some(Export::V0_1(_))),
+            matches!(self.classify, Some(Export::V0_1(_))),
+            matches!(self.settings, Some(Export::V0_1(_))),
         ];
         if old.contains(&true) {
             "0.1.0"
@@ -195,15 +133,14 @@ impl CompiledPolicy {
 
     /// The hooks the component exports.
     pub fn hooks(&self) -> Vec<Hook> {
-        let b = &self.base;
         let mut hooks = Vec::new();
-        if b.decorate.is_some() {
+        if self.decorate.is_some() {
             hooks.push(Hook::Decorate);
         }
-        if b.resources.is_some() {
+        if self.resources.is_some() {
             hooks.push(Hook::Resources);
         }
-        if b.classify.is_some() {
+        if self.classify.is_some() {
             hooks.push(Hook::Classify);
         }
         hooks
@@ -211,28 +148,7 @@ impl CompiledPolicy {
 
     /// Whether it exports `validate-settings`.
     pub fn validates_settings(&self) -> bool {
-        self.base.settings.is_some()
-    }
-
-    /// Whether calls with `settings` start from a pre-initialised snapshot.
-    pub fn is_prepared_for(&self, settings: &str) -> bool {
-        matches!(self.source(settings), Source::Prepared(_))
-    }
-
-    /// Whether the component could be instrumented for pre-initialisation.
-    pub fn can_be_prepared(&self) -> bool {
-        self.snapshottable.is_some()
-    }
-
-    /// The snapshot prepared for `settings`, else the component itself.
-    fn source(&self, settings: &str) -> Source<'_> {
-        self.prepared
-            .load()
-            .iter()
-            .find(|p| *p.settings == *settings)
-            .map_or(Source::Base(&self.base), |p| {
-                Source::Prepared(Arc::clone(p))
-            })
+        self.settings.is_some()
     }
 }
 
@@ -396,17 +312,7 @@ impl PolicyEngine {
             .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
         crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
         let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
-        // The instrumented form runs exactly as the component does; compiling it instead of
-        // the component lets a later snapshot start from this compilation.
-        let (snapshottable, compiled) = match crate::preinit::instrument(&binary) {
-            Ok(instrumented) => (Some(Arc::<[u8]>::from(&*binary)), instrumented),
-            Err(e) => {
-                tracing::debug!(%digest, error = %e, "component cannot be pre-initialised");
-                (None, binary.into_owned())
-            }
-        };
-        let component =
-            compile_apart(&self.compile_config, &self.engine, &compiled).map_err(link)?;
+        let component = compile_apart(&self.compile_config, &self.engine, &binary).map_err(link)?;
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
@@ -415,7 +321,6 @@ impl PolicyEngine {
         let exports = ty
             .exports(&self.engine)
             .map(|(name, _)| name.to_owned())
-            .filter(|name| !crate::preinit::is_instrumentation(name))
             .collect();
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
         Ok(Arc::new(CompiledPolicy {
@@ -423,9 +328,19 @@ impl PolicyEngine {
             size: wasm.len(),
             imports,
             exports,
-            snapshottable,
-            base: Linked::new(pre),
-            prepared: ArcSwap::default(),
+            decorate: Export::find(decorate::GuestIndices::new(&pre), || {
+                v0_1::decorate::GuestIndices::new(&pre)
+            }),
+            resources: Export::find(resources::GuestIndices::new(&pre), || {
+                v0_1::resources::GuestIndices::new(&pre)
+            }),
+            classify: Export::find(classify::GuestIndices::new(&pre), || {
+                v0_1::classify::GuestIndices::new(&pre)
+            }),
+            settings: Export::find(settings::GuestIndices::new(&pre), || {
+                v0_1::settings::GuestIndices::new(&pre)
+            }),
+            pre,
         }))
     }
 
@@ -505,7 +420,7 @@ impl PolicyEngine {
     fn evaluate<R>(
         &self,
         limits: &CallLimits,
-        pre: &InstancePre<Sandbox>,
+        policy: &CompiledPolicy,
         name: &str,
         call: impl FnOnce(
             &mut Store<Sandbox>,
@@ -524,9 +439,11 @@ impl PolicyEngine {
             ),
         );
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(limits));
+        let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
+        store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let result = pre
+        let result = policy
+            .pre
             .instantiate(&mut store)
             .and_then(|instance| call(&mut store, &instance));
         store.data().flush_output();
@@ -594,7 +511,7 @@ impl LimitedEngine<'_> {
         settings: &str,
     ) -> Result<(), EvalError> {
         self.engine.check_input("settings", settings)?;
-        let Some(indices) = &policy.base.settings else {
+        let Some(indices) = &policy.settings else {
             return if is_empty_settings(settings) {
                 Ok(())
             } else {
@@ -605,79 +522,17 @@ impl LimitedEngine<'_> {
             };
         };
         self.engine
-            .evaluate(&self.limits, &policy.base.pre, name, |store, instance| {
-                Ok(call_validate_settings(indices, store, instance, settings)?
-                    .map_err(bindings::PolicyError::InvalidSettings))
+            .evaluate(&self.limits, policy, name, |store, instance| {
+                let verdict = match indices {
+                    Export::Current(i) => i
+                        .load(&mut *store, instance)?
+                        .call_validate_settings(&mut *store, settings)?,
+                    Export::V0_1(i) => i
+                        .load(&mut *store, instance)?
+                        .call_validate_settings(&mut *store, settings)?,
+                };
+                Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
             })
-    }
-
-    /// Pre-initialises `policy` for calls with `settings` (see `preinit.rs`): runs
-    /// `validate-settings` once, snapshots the instance and compiles the snapshot, which later
-    /// calls with the same settings text start from. Returns whether such calls now start from a
-    /// snapshot; `false` when the component cannot be instrumented or takes no settings. An
-    /// error says why preparing failed; the policy's calls are unaffected by it.
-    pub fn prepare(
-        &self,
-        policy: &CompiledPolicy,
-        name: &str,
-        settings: &str,
-    ) -> Result<bool, EvalError> {
-        let (Some(binary), Some(indices)) = (&policy.snapshottable, &policy.base.settings) else {
-            return Ok(false);
-        };
-        if policy.is_prepared_for(settings) {
-            return Ok(true);
-        }
-        self.engine.check_input("settings", settings)?;
-        let deadline = deadline_ticks(&self.limits);
-        let snapshot =
-            self.engine
-                .evaluate(&self.limits, &policy.base.pre, name, |store, instance| {
-                    if let Err(reason) = call_validate_settings(indices, store, instance, settings)?
-                    {
-                        return Ok(Err(bindings::PolicyError::InvalidSettings(reason)));
-                    }
-                    // Reading the state is the host's work: each read gets a deadline of its
-                    // own.
-                    crate::preinit::snapshot(binary, store, *instance, deadline).map(Ok)
-                })?;
-        let limit = self.engine.limits.max_module;
-        if snapshot.len() > limit {
-            return Err(EvalError::new(
-                Category::Memory,
-                format!(
-                    "the pre-initialised module would be {} bytes; the module limit is {limit}",
-                    snapshot.len()
-                ),
-            ));
-        }
-        crate::structure::check(&snapshot).map_err(|e| EvalError::new(Category::Link, e))?;
-        let link = |e: wasmtime::Error| {
-            EvalError::new(Category::Link, format!("the pre-initialised module: {e:#}"))
-        };
-        let component = compile_apart(&self.engine.compile_config, &self.engine.engine, &snapshot)
-            .map_err(link)?;
-        let pre = self
-            .engine
-            .linker
-            .instantiate_pre(&component)
-            .map_err(link)?;
-        let prepared = Arc::new(Prepared {
-            settings: settings.into(),
-            linked: Linked::new(pre),
-        });
-        policy.prepared.rcu(|current| {
-            let mut next = vec![Arc::clone(&prepared)];
-            next.extend(
-                current
-                    .iter()
-                    .filter(|p| p.settings != prepared.settings)
-                    .take(MAX_PREPARED - 1)
-                    .cloned(),
-            );
-            next
-        });
-        Ok(true)
     }
 
     /// Calls `decorate-pod`; returns the decorated pod's JSON.
@@ -689,28 +544,25 @@ impl LimitedEngine<'_> {
         settings: &str,
         pod: &str,
     ) -> Result<String, EvalError> {
-        let source = policy.source(settings);
-        let linked = source.linked();
-        let indices = hook(&linked.decorate, Hook::Decorate)?;
+        let indices = hook(&policy.decorate, Hook::Decorate)?;
         self.engine.check_input("pod", pod)?;
-        let out =
-            self.engine.evaluate(
-                &self.limits,
-                &linked.pre,
-                name,
-                |store, instance| match indices {
-                    Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
-                        &mut *store,
-                        ctx,
-                        settings,
-                        pod,
-                    ),
-                    Export::V0_1(i) => Ok(i
-                        .load(&mut *store, instance)?
-                        .call_decorate_pod(&mut *store, &ctx.into(), settings, pod)?
-                        .map_err(Into::into)),
-                },
-            )?;
+        let out = self.engine.evaluate(
+            &self.limits,
+            policy,
+            name,
+            |store, instance| match indices {
+                Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                ),
+                Export::V0_1(i) => Ok(i
+                    .load(&mut *store, instance)?
+                    .call_decorate_pod(&mut *store, &ctx.into(), settings, pod)?
+                    .map_err(Into::into)),
+            },
+        )?;
         self.engine.check_output("decorated pod", out.len())?;
         Ok(out)
     }
@@ -725,35 +577,32 @@ impl LimitedEngine<'_> {
         container: &str,
         requirements: &str,
     ) -> Result<String, EvalError> {
-        let source = policy.source(settings);
-        let linked = source.linked();
-        let indices = hook(&linked.resources, Hook::Resources)?;
+        let indices = hook(&policy.resources, Hook::Resources)?;
         self.engine.check_input("resources", requirements)?;
-        let out =
-            self.engine.evaluate(
-                &self.limits,
-                &linked.pre,
-                name,
-                |store, instance| match indices {
-                    Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
+        let out = self.engine.evaluate(
+            &self.limits,
+            policy,
+            name,
+            |store, instance| match indices {
+                Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    container,
+                    requirements,
+                ),
+                Export::V0_1(i) => Ok(i
+                    .load(&mut *store, instance)?
+                    .call_override_resources(
                         &mut *store,
-                        ctx,
+                        &ctx.into(),
                         settings,
                         container,
                         requirements,
-                    ),
-                    Export::V0_1(i) => Ok(i
-                        .load(&mut *store, instance)?
-                        .call_override_resources(
-                            &mut *store,
-                            &ctx.into(),
-                            settings,
-                            container,
-                            requirements,
-                        )?
-                        .map_err(Into::into)),
-                },
-            )?;
+                    )?
+                    .map_err(Into::into)),
+            },
+        )?;
         self.engine.check_output("resources", out.len())?;
         Ok(out)
     }
@@ -768,29 +617,28 @@ impl LimitedEngine<'_> {
         pod: &str,
         now: &str,
     ) -> Result<bindings::Verdict, EvalError> {
-        let source = policy.source(settings);
-        let linked = source.linked();
-        let indices = hook(&linked.classify, Hook::Classify)?;
+        let indices = hook(&policy.classify, Hook::Classify)?;
         self.engine.check_input("pod", pod)?;
-        let verdict = self.engine.evaluate(
-            &self.limits,
-            &linked.pre,
-            name,
-            |store, instance| match indices {
-                Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                    now,
-                ),
-                Export::V0_1(i) => Ok(i
-                    .load(&mut *store, instance)?
-                    .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
-                    .map(|v| v0_1::verdict_at(v, now))
-                    .map_err(Into::into)),
-            },
-        )?;
+        let verdict =
+            self.engine.evaluate(
+                &self.limits,
+                policy,
+                name,
+                |store, instance| match indices {
+                    Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
+                        &mut *store,
+                        ctx,
+                        settings,
+                        pod,
+                        now,
+                    ),
+                    Export::V0_1(i) => Ok(i
+                        .load(&mut *store, instance)?
+                        .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
+                        .map(|v| v0_1::verdict_at(v, now))
+                        .map_err(Into::into)),
+                },
+            )?;
         let times = [&verdict.occurred_at, &verdict.recheck_at]
             .into_iter()
             .flatten()
@@ -839,28 +687,6 @@ fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbo
             Category::Trap,
             text::elided(&format!("{error:#}"), MAX_GUEST_TEXT),
         ),
-    }
-}
-
-/// A call's deadline in epoch ticks: one more than fits, so no call gets less than its time.
-fn deadline_ticks(limits: &CallLimits) -> u64 {
-    limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1
-}
-
-/// Calls the guest's `validate-settings`, under whichever contract it exports it.
-fn call_validate_settings(
-    indices: &Export<settings::GuestIndices, v0_1::settings::GuestIndices>,
-    store: &mut Store<Sandbox>,
-    instance: &Instance,
-    settings: &str,
-) -> wasmtime::Result<Result<(), String>> {
-    match indices {
-        Export::Current(i) => i
-            .load(&mut *store, instance)?
-            .call_validate_settings(&mut *store, settings),
-        Export::V0_1(i) => i
-            .load(&mut *store, instance)?
-            .call_validate_settings(&mut *store, settings),
     }
 }
 

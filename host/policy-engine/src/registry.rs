@@ -335,8 +335,7 @@ pub fn activate(
 
 /// [`activate`], with the step that failed: the manifest's own fields and limits first (no
 /// need to compile a module whose manifest is wrong), then compilation (once per digest), the
-/// digest pin, the exported hooks, and `validate-settings` within the policy's own limits; then
-/// the settings are applied once in a snapshot the calls start from, where the module allows.
+/// digest pin, the exported hooks, and `validate-settings` within the policy's own limits.
 pub fn activate_checked(
     engine: &PolicyEngine,
     manifest: PolicyManifest,
@@ -363,15 +362,10 @@ pub fn activate_checked(
         serde_json::Value::Null => "{}".to_owned(),
         other => other.to_string(),
     };
-    let limited = engine.limited(limits);
-    limited
+    engine
+        .limited(limits)
         .validate_settings(&compiled, &manifest.name, &settings)
         .map_err(ActivationError::Settings)?;
-    // Settings applied once, not on every call. Failing to is no reason to refuse the
-    // policy: its calls then run in plain instances, as they would without the snapshot.
-    if let Err(e) = limited.prepare(&compiled, &manifest.name, &settings) {
-        tracing::warn!(policy = %manifest.name, error = %e, "policy runs without a pre-initialised snapshot");
-    }
     Ok(ActivePolicy {
         manifest,
         settings,

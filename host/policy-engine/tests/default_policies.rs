@@ -41,18 +41,15 @@ use tfjob_policy_logic::settings::settings_from_json;
 /// timeout.
 fn engine() -> &'static Arc<PolicyEngine> {
     static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE.get_or_init(patient_engine)
-}
-
-/// An engine whose calls may take 30 s.
-fn patient_engine() -> Arc<PolicyEngine> {
-    Arc::new(
-        PolicyEngine::new(SandboxLimits {
-            deadline: Duration::from_secs(30),
-            ..SandboxLimits::default()
-        })
-        .expect("engine starts"),
-    )
+    ENGINE.get_or_init(|| {
+        Arc::new(
+            PolicyEngine::new(SandboxLimits {
+                deadline: Duration::from_secs(30),
+                ..SandboxLimits::default()
+            })
+            .expect("engine starts"),
+        )
+    })
 }
 
 /// The embedded default policy for `hook`, compiled (once per digest) by the shared engine.
@@ -1218,173 +1215,4 @@ fn a_classification_is_reused_until_the_pod_the_policy_the_context_or_the_time_c
     classify(&policies, &unstored, "2026-01-01T00:10:00Z");
     classify(&policies, &unstored, "2026-01-01T00:10:00Z");
     assert_eq!(counts(), (7, 3));
-}
-
-// Pre-initialised instances (the engine's `preinit.rs`): a call with the settings a policy was
-// prepared for starts from a snapshot taken after `validate-settings` ran; it must decide
-// exactly as a call in a pristine instance. The same document spaced differently is another
-// settings text, which has no snapshot: the two calls differ only in where the instance starts.
-
-/// An engine of its own, so that the other tests of this file keep running in plain instances.
-fn preparing_engine() -> &'static Arc<PolicyEngine> {
-    static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
-    ENGINE.get_or_init(patient_engine)
-}
-
-/// A call of a hook given its settings text; its answer as text.
-type RunWith<'a> = Box<dyn Fn(&str) -> Result<String, EvalError> + 'a>;
-
-/// One call of a default policy: its settings text, and the call given any settings text.
-struct Call<'a> {
-    name: &'a str,
-    settings: String,
-    run: RunWith<'a>,
-}
-
-/// Prepares the policy for the `groups` most used settings texts among `calls`, then checks
-/// every call gives the same answer from the snapshot as from a pristine instance. Returns
-/// how many calls ran from a snapshot.
-fn compare_prepared(hook: Hook, calls: &[Call<'_>], groups: usize) -> usize {
-    let engine = preparing_engine();
-    let d = defaults::for_hook(hook);
-    let policy = engine.compile(d.wasm).expect("compiles");
-    assert!(
-        policy.can_be_prepared(),
-        "{} can be pre-initialised",
-        d.name
-    );
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for call in calls {
-        *counts.entry(&call.settings).or_default() += 1;
-    }
-    let mut by_use: Vec<(&str, usize)> = counts.into_iter().collect();
-    by_use.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-    for (settings, _) in by_use.iter().take(groups) {
-        assert_eq!(
-            engine
-                .limited(engine.limits().call_limits())
-                .prepare(&policy, d.name, settings),
-            Ok(true),
-            "{} prepares for {settings}",
-            d.name
-        );
-    }
-    let mut from_snapshots = 0;
-    for call in calls {
-        let spaced = format!(" {}", call.settings);
-        assert!(!policy.is_prepared_for(&spaced));
-        if policy.is_prepared_for(&call.settings) {
-            from_snapshots += 1;
-        }
-        assert_eq!(
-            (call.run)(&call.settings),
-            (call.run)(&spaced),
-            "{}: {} from a snapshot and from a pristine instance",
-            d.name,
-            call.name
-        );
-    }
-    from_snapshots
-}
-
-#[test]
-fn pre_initialised_instances_decide_exactly_as_pristine_ones() {
-    let engine = preparing_engine();
-    let compiled = |hook| engine.compile(defaults::for_hook(hook).wasm).unwrap();
-
-    let decoration = suite("guest-policies/decorate/tests/decoration.yaml");
-    let operators = defaults::default_settings(defaults::find("default-decorate").unwrap());
-    let policy = compiled(Hook::Decorate);
-    let calls: Vec<Call> = decoration
-        .cases
-        .iter()
-        .map(|case| {
-            let pod = canonical(case.input.pod.clone()).to_string();
-            let ctx = wit_ctx(&case.context(&decoration));
-            let policy = Arc::clone(&policy);
-            Call {
-                name: &case.name,
-                settings: case.settings_text(&operators),
-                run: Box::new(move |settings| {
-                    engine.decorate(&policy, "default-decorate", &ctx, settings, &pod)
-                }),
-            }
-        })
-        .collect();
-    assert!(compare_prepared(Hook::Decorate, &calls, 2) >= 5);
-
-    let overrides = suite("guest-policies/resources/tests/overrides.yaml");
-    let policy = compiled(Hook::Resources);
-    let calls: Vec<Call> = overrides
-        .cases
-        .iter()
-        .map(|case| {
-            let pod: Pod = serde_json::from_value(case.input.pod.clone()).unwrap();
-            let containers = pod.spec.unwrap().containers;
-            let container = match &case.input.container {
-                Some(name) => containers.into_iter().find(|c| &c.name == name).unwrap(),
-                None => containers.into_iter().next().unwrap(),
-            };
-            let requirements =
-                serde_json::to_string(&container.resources.unwrap_or_default()).unwrap();
-            let policy = Arc::clone(&policy);
-            Call {
-                name: &case.name,
-                settings: case.settings_text(&json!({})),
-                run: Box::new(move |settings| {
-                    engine.override_resources(
-                        &policy,
-                        "default-resources",
-                        &wit_ctx(&ctx()),
-                        settings,
-                        &container.name,
-                        &requirements,
-                    )
-                }),
-            }
-        })
-        .collect();
-    assert!(compare_prepared(Hook::Resources, &calls, 2) >= 5);
-
-    let policy = compiled(Hook::Classify);
-    let classification = cases();
-    let calls: Vec<Call> = classification
-        .iter()
-        .map(|case| {
-            let pod = serde_json::to_string(&pod_file(case.pod_file())).unwrap();
-            let policy = Arc::clone(&policy);
-            Call {
-                name: &case.name,
-                settings: case.settings_text(&json!({})),
-                run: Box::new(move |settings| {
-                    engine
-                        .classify(
-                            &policy,
-                            "default-classify",
-                            &wit_ctx(&ctx()),
-                            settings,
-                            &pod,
-                            case.now(),
-                        )
-                        .map(|v| format!("{v:?}"))
-                }),
-            }
-        })
-        .collect();
-    assert!(compare_prepared(Hook::Classify, &calls, 2) >= 5);
-}
-
-#[test]
-fn activating_a_default_policy_prepares_it_for_its_settings() {
-    for d in &defaults::DEFAULTS {
-        let active =
-            tfjob_policy_engine::activate(preparing_engine(), defaults::manifest(d), d.wasm)
-                .expect("activates");
-        assert!(
-            active.compiled.is_prepared_for(&active.settings),
-            "{} runs from a snapshot with {}",
-            d.name,
-            active.settings
-        );
-    }
 }
