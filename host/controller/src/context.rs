@@ -11,6 +11,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType as KubeEventType};
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
+use crate::backoff::backoff_for;
 use crate::error::Error;
 use crate::event_recorder::EventRecorder;
 use crate::gang::GangCaches;
@@ -20,8 +21,6 @@ use crate::owner_index::OwnedCache;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
 
-/// Longest delay between retries of a failing job.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(360);
 /// Once-keys remembered before the set is cleared (bounds memory on long runs).
 const MAX_ONCE_KEYS: usize = 100_000;
 
@@ -150,18 +149,6 @@ impl Context {
     }
 }
 
-/// Exponential backoff: `first`, doubled per consecutive failure, capped at [`BACKOFF_MAX`];
-/// never sooner than the server asked (`retry_after`), even past the cap.
-pub fn backoff_for(
-    first: Duration,
-    consecutive_failures: u32,
-    retry_after: Option<Duration>,
-) -> Duration {
-    let exp = consecutive_failures.saturating_sub(1).min(16);
-    let delay = first.saturating_mul(1 << exp).min(BACKOFF_MAX);
-    retry_after.map_or(delay, |asked| delay.max(asked))
-}
-
 /// Sorted by name: the planner does not depend on the order of a job's objects, but a
 /// deterministic one keeps its plans (the order of deletions, of events) reproducible.
 fn by_name<K: Resource>(mut objects: Vec<K>) -> Vec<K> {
@@ -181,7 +168,7 @@ mod tests {
     use prometheus_client::registry::Registry;
     use tfjob_planner::native::NativePolicies;
 
-    use crate::error::{API_FIRST_RETRY, FIRST_RETRY};
+    use crate::backoff::{API_FIRST_RETRY, FIRST_RETRY};
     use crate::owner_index;
 
     fn pod(name: &str, job_uid: &str) -> Pod {
@@ -249,39 +236,6 @@ mod tests {
         assert_eq!(names(&ctx.pods_of("b")), ["b-worker-1"]);
         assert!(ctx.pods_of("c").is_empty());
         assert!(ctx.services_of("a").is_empty());
-    }
-
-    #[test]
-    fn policy_failures_back_off_from_ten_seconds_to_six_minutes() {
-        let secs: Vec<u64> = (1..=8)
-            .map(|n| backoff_for(FIRST_RETRY, n, None).as_secs())
-            .collect();
-        assert_eq!(secs, vec![10, 20, 40, 80, 160, 320, 360, 360]);
-        assert_eq!(backoff_for(FIRST_RETRY, u32::MAX, None), BACKOFF_MAX);
-    }
-
-    #[test]
-    fn api_failures_are_retried_from_a_tenth_of_a_second() {
-        let millis: Vec<u128> = [1, 2, 3, 4, 12, 13]
-            .into_iter()
-            .map(|n| backoff_for(API_FIRST_RETRY, n, None).as_millis())
-            .collect();
-        assert_eq!(millis, vec![100, 200, 400, 800, 204_800, 360_000]);
-    }
-
-    #[test]
-    fn a_retry_after_from_the_server_is_waited_for_even_past_the_cap() {
-        let asked = Some(Duration::from_secs(2));
-        assert_eq!(
-            backoff_for(API_FIRST_RETRY, 1, asked),
-            Duration::from_secs(2)
-        );
-        assert_eq!(
-            backoff_for(API_FIRST_RETRY, 6, asked),
-            Duration::from_millis(3_200)
-        );
-        let long = Duration::from_secs(600);
-        assert_eq!(backoff_for(API_FIRST_RETRY, 20, Some(long)), long);
     }
 
     fn api_error(code: u16, retry_after_seconds: u32) -> Error {

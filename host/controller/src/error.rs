@@ -4,10 +4,7 @@ use std::time::Duration;
 
 use tfjob_planner::PlanError;
 
-/// First retry after a failed API call.
-pub const API_FIRST_RETRY: Duration = Duration::from_millis(100);
-/// First retry after a policy or internal failure.
-pub const FIRST_RETRY: Duration = Duration::from_secs(10);
+use crate::backoff::{API_FIRST_RETRY, FIRST_RETRY};
 
 /// Why a reconcile failed. Every variant is retried with the per-job backoff.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 //! until the cache shows that name, or for a bounded time (a pod deleted before the watch ever
 //! showed it must not be believed in forever).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -79,10 +79,13 @@ impl<K: ResourceExt + Clone> RecentlyCreated<K> {
         let Some(list) = state.by_owner.get_mut(owner_uid) else {
             return cached;
         };
+        // A set of the cached names: a job of a thousand workers created in one reconcile
+        // would otherwise compare every remembered name with every cached one.
+        let shown: HashSet<Option<&str>> =
+            cached.iter().map(|c| c.meta().name.as_deref()).collect();
         list.retain(|(obj, at)| {
-            let name = &obj.meta().name;
-            let seen = cached.iter().any(|c| &c.meta().name == name);
-            !seen && now.duration_since(*at) < self.believe_for
+            !shown.contains(&obj.meta().name.as_deref())
+                && now.duration_since(*at) < self.believe_for
         });
         cached.extend(list.iter().map(|(obj, _)| obj.clone()));
         if list.is_empty() {
