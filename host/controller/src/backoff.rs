@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn a_retry_after_beyond_reason_is_cut_to_its_cap() {
-        // The largest `retryAfterSeconds` a Status can carry (an int32 on the wire).
+        // The largest `retry_after_seconds` kube's `StatusDetails` can hold (a `u32`).
         let absurd = Duration::from_secs(u64::from(u32::MAX));
         assert_eq!(
             backoff_for(API_FIRST_RETRY, 1, Some(absurd)),

@@ -406,23 +406,27 @@ fn main() {
         cpu_cluster.as_secs_f64(),
         judge(true, cpu_cluster < cpu_operator)
     );
-    let gets = GetLatencies::of(&probes);
-    println!(
-        "slowest GET of one TFJob during the run: {:.1} ms over {} probes (target <= 100 ms: {}); median {:.1} ms, 99th percentile {:.1} ms; the slowest sent at {}",
-        ms(gets.slowest),
-        probes.len(),
-        judge(
-            true,
-            !probes.is_empty() && gets.slowest <= Duration::from_millis(100)
-        ),
-        ms(gets.median),
-        ms(gets.p99),
-        gets.slowest_at
-            .iter()
-            .map(|(at, took)| format!("{:.1} s ({:.0} ms)", at.as_secs_f64(), ms(*took)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    if probes.is_empty() {
+        println!(
+            "slowest GET of one TFJob during the run: no probe was answered (target <= 100 ms: {})",
+            judge(true, false)
+        );
+    } else {
+        let gets = GetLatencies::of(&probes);
+        println!(
+            "slowest GET of one TFJob during the run: {:.1} ms over {} probes (target <= 100 ms: {}); median {:.1} ms, 99th percentile {:.1} ms; the slowest sent at {}",
+            ms(gets.slowest),
+            probes.len(),
+            judge(true, gets.slowest <= Duration::from_millis(100)),
+            ms(gets.median),
+            ms(gets.p99),
+            gets.slowest_at
+                .iter()
+                .map(|(at, took)| format!("{:.1} s ({:.0} ms)", at.as_secs_f64(), ms(*took)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     // A relist (a watch that fell too far behind) shows as lists beyond the first ones.
     let reads = |verb: Verb| {
         ["pods", "services", "tfjobs"]
