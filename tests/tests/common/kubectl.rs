@@ -28,6 +28,10 @@ pub fn example(name: &str) -> String {
 /// A running cluster and the kubeconfig kubectl uses for it.
 pub struct Cluster {
     pub kubeconfig: PathBuf,
+    /// kubectl's discovery and OpenAPI cache for this cluster alone: the default one under
+    /// `$HOME` is keyed by host and port, and a port reused by a later cluster of another
+    /// test (another PodGroup CRD, other resources) would be answered from the old one.
+    cache: PathBuf,
     _dir: tempfile::TempDir,
     pub background: ClusterThread,
 }
@@ -46,6 +50,7 @@ pub fn cluster_with(options: ClusterOptions) -> Cluster {
     background.cluster.write_kubeconfig(&kubeconfig).unwrap();
     Cluster {
         kubeconfig,
+        cache: dir.path().join("cache"),
         _dir: dir,
         background,
     }
@@ -56,6 +61,7 @@ impl Cluster {
         let mut cmd = Command::new("kubectl");
         cmd.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", &self.cache)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null());
         cmd
@@ -80,16 +86,26 @@ impl Cluster {
     }
 
     /// Polls `kubectl args` until its output satisfies `done` (for a minute at most).
+    /// A test that fails here says what kubectl printed last, so a flake can be told apart
+    /// from a kubectl error.
     pub fn until(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+        let mut last = None;
         for _ in 0..600 {
             let out = self.run(args);
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             if out.status.success() && done(&text) {
                 return text;
             }
+            last = Some(out);
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("kubectl {args:?} never reached the expected state");
+        let last = last.expect("polled at least once");
+        panic!(
+            "kubectl {args:?} never reached the expected state; last it exited with {} and printed:\n{}{}",
+            last.status,
+            String::from_utf8_lossy(&last.stdout),
+            String::from_utf8_lossy(&last.stderr)
+        );
     }
 }
 
