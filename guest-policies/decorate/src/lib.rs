@@ -216,6 +216,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn variables_and_mounts_are_appended_to_the_text_the_pod_had() {
+        let env = r#"[ {"name": "TF_CONFIG", "value": "{\"task\": {\"index\": 0}}", "later": 1} ]"#;
+        let mounts = r#"[{"name":"data","mountPath":"/data"}]"#;
+        let pod = format!(
+            r#"{{"spec": {{"containers": [{{"name": "tensorflow", "env": {env}, "volumeMounts": {mounts},
+                "resources": {{"limits": {{"nvidia.com/gpu": "1"}}}}}}]}}}}"#
+        );
+        let out = decorate_document(&rich_settings(), &ctx().into(), &pod).unwrap();
+        // The items the pod had are its text, a field k8s-openapi does not know included.
+        assert!(out.contains(&env[..env.len() - 1]), "{out}");
+        assert!(out.contains(&mounts[..mounts.len() - 1]), "{out}");
+        let out: Value = serde_json::from_str(&out).unwrap();
+        let container = &out["spec"]["containers"][0];
+        let names: Vec<&str> = container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names[0], "TF_CONFIG");
+        assert!(names.contains(&"TFJOB_REPLICA_TYPE"), "{names:?}");
+        assert!(names.contains(&"LD_LIBRARY_PATH"), "{names:?}");
+        assert_eq!(container["env"][0]["later"], 1);
+        assert_eq!(container["volumeMounts"][0]["name"], "data");
+        assert_eq!(container["volumeMounts"][1]["name"], "nvidia-lib");
+    }
+
     fn without_nulls(value: Value) -> Value {
         match value {
             Value::Object(map) => Value::Object(
@@ -281,6 +309,29 @@ mod tests {
             ),
             ("[]", "pod: expected a JSON object"),
             ("{", "pod: EOF while parsing"),
+            // The document is read once: a misshapen value is read through, so a syntax error
+            // after it is still what is reported, as by any JSON reader.
+            (
+                r#"{"spec": {"containers": "x"}, "status": }"#,
+                "pod: expected value at line 1 column 41",
+            ),
+            (
+                r#"{"spec": {"containers": [{"name": "a"}, null]}}"#,
+                "pod.spec.containers[1]: expected an object, found null",
+            ),
+            (
+                r#"{"spec": {"containers": [[{"name": "a"}]]}}"#,
+                "pod.spec.containers[0]: expected an object, found a list",
+            ),
+            (
+                r#"{"metadata": [], "spec": {"volumes": true}}"#,
+                "pod.metadata: expected an object, found a list",
+            ),
+            // Misshapen fields are named in a fixed order, not the document's.
+            (
+                r#"{"spec": {"volumes": 1, "initContainers": "x"}}"#,
+                "pod.spec.initContainers: expected a list, found a string",
+            ),
         ] {
             let err = run(pod);
             assert!(
@@ -288,6 +339,9 @@ mod tests {
                 "{pod}: {err:?}"
             );
         }
+        // A misshapen value replaced by a later one under the same key counts no more.
+        let twice = r#"{"spec": {"containers": 7, "containers": [{"name": "a"}]}}"#;
+        assert!(DefaultDecorate::decorate_pod(ctx(), "{}".into(), twice.into()).is_ok());
         let bad = r#"{"schedulerName": ""}"#;
         let err = DefaultDecorate::decorate_pod(ctx(), bad.into(), POD.into()).unwrap_err();
         assert_eq!(

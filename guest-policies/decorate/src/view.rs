@@ -33,7 +33,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
-use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -46,6 +46,8 @@ const CONTAINER_LISTS: [&str; 2] = ["initContainers", "containers"];
 /// A pod document, opened where decoration looks (see the module documentation).
 pub struct Document<'a> {
     pod: Vec<Entry<'a>>,
+    /// The length of the input, which the output about matches.
+    len: usize,
 }
 
 /// An object's entry: its key, as decoded, and its value.
@@ -61,6 +63,11 @@ enum Node<'a> {
     List(Vec<Node<'a>>),
     /// A value decoration wrote, encoded.
     Encoded(String),
+    /// `null` where an object or a list is opened.
+    Null,
+    /// Another kind of value where an object or a list is opened (`a string`, `a number`, ...):
+    /// [`Document::parse`] refuses the document, so no [`Document`] holds one.
+    Misshapen(&'static str),
 }
 
 impl<'a> Document<'a> {
@@ -76,16 +83,21 @@ impl<'a> Document<'a> {
                 },
             ));
         }
-        let mut pod = entries(text).map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
-        for key in ["metadata", "spec"] {
-            open_object(&mut pod, key, &format!("pod.{key}"))?;
-        }
-        if let Some(Node::Object(spec)) = get_mut(&mut pod, "spec") {
-            for key in CONTAINER_LISTS.into_iter().chain(["volumes"]) {
-                open_list_of_objects(spec, key, &format!("pod.spec.{key}"))?;
-            }
-        }
-        Ok(Document { pod })
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let pod = ShapeSeed(Shape::Object(POD_SHAPE))
+            .deserialize(&mut reader)
+            .and_then(|pod| reader.end().map(|()| pod))
+            .map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
+        let Node::Object(pod) = pod else {
+            return Err(PolicyError::InvalidInput(
+                "pod: expected a JSON object".into(),
+            ));
+        };
+        check_shapes(&pod, POD_SHAPE, "pod")?;
+        Ok(Document {
+            pod,
+            len: text.len(),
+        })
     }
 
     /// Decodes the carried fields (see the module documentation).
@@ -113,9 +125,9 @@ impl<'a> Document<'a> {
                 let Node::Object(volume) = volume else {
                     continue; // opened as objects by `parse`
                 };
-                let path = format!("pod.spec.volumes[{i}].name");
+                let path = || format!("pod.spec.volumes[{i}].name");
                 names.push(Volume {
-                    name: typed(field(volume, "name"), &path)?.unwrap_or_default(),
+                    name: typed_at(field(volume, "name"), path)?.unwrap_or_default(),
                     ..Volume::default()
                 });
             }
@@ -136,7 +148,9 @@ impl<'a> Document<'a> {
                     .into(),
             ));
         }
-        let mut out = String::new();
+        // Decoration adds some hundred bytes to a pod of some thousand: one allocation for the
+        // whole output instead of one per doubling, each copying what was written so far.
+        let mut out = String::with_capacity(self.len + self.len / 4 + 1024);
         write_object(&self.pod, &mut out);
         Ok(out)
     }
@@ -210,10 +224,15 @@ fn write_carried(pod: &mut Vec<Entry<'_>>, before: &Pod, after: &Pod) -> Result<
                 continue;
             };
             if bc.env != ac.env {
-                set(container, "env", &ac.env)?;
+                set_list(container, "env", bc.env.as_deref(), ac.env.as_deref())?;
             }
             if bc.volume_mounts != ac.volume_mounts {
-                set(container, "volumeMounts", &ac.volume_mounts)?;
+                set_list(
+                    container,
+                    "volumeMounts",
+                    bc.volume_mounts.as_deref(),
+                    ac.volume_mounts.as_deref(),
+                )?;
             }
         }
     }
@@ -307,37 +326,148 @@ fn residue(mut pod: Pod) -> Pod {
 
 // Reading.
 
-/// An object's entries, keys decoded, values left as text. A key written twice keeps its last
-/// value, in the place of its first.
-struct Entries<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// What [`Document::parse`] opens below an object: the listed keys, each with the shape its
+/// value must have; every other value stays text. The order is the order in which the shapes
+/// are checked, so that of two misshapen fields the same one is always reported.
+type Opened = &'static [(&'static str, Shape)];
 
-impl<'de> Deserialize<'de> for Entries<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EntriesVisitor;
+/// The shape an opened value must have (`null` is accepted for either, and stays `null`).
+#[derive(Clone, Copy)]
+enum Shape {
+    /// An object, whose keys in the list are opened in turn.
+    Object(Opened),
+    /// A list whose items are objects, opened with none of their keys.
+    ListOfObjects,
+}
 
-        impl<'de> Visitor<'de> for EntriesVisitor {
-            type Value = Entries<'de>;
+/// The pod, its `metadata` and `spec`, and in the spec the container lists and the volumes.
+const POD_SHAPE: Opened = &[
+    ("metadata", Shape::Object(&[])),
+    (
+        "spec",
+        Shape::Object(&[
+            (CONTAINER_LISTS[0], Shape::ListOfObjects),
+            (CONTAINER_LISTS[1], Shape::ListOfObjects),
+            ("volumes", Shape::ListOfObjects),
+        ]),
+    ),
+];
 
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
+/// Reads one value of the document in the shape it should have. A value of another kind is
+/// read through (a syntax error further on is still the one reported, as for any JSON reader)
+/// and kept as [`Node::Misshapen`], for [`check_shapes`] to name.
+struct ShapeSeed(Shape);
 
-            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Entries<'de>, A::Error> {
-                let mut entries: Vec<(Cow<'de, str>, &'de RawValue)> =
-                    Vec::with_capacity(access.size_hint().unwrap_or(0));
-                while let Some(Key(key)) = access.next_key()? {
-                    let value = access.next_value()?;
-                    match entries.iter_mut().find(|(k, _)| *k == key) {
-                        Some(entry) => entry.1 = value,
-                        None => entries.push((key, value)),
-                    }
-                }
-                Ok(Entries(entries))
+impl<'de> DeserializeSeed<'de> for ShapeSeed {
+    type Value = Node<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node<'de>, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ShapeSeed {
+    type Value = Node<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Shape::Object(_) => "a JSON object",
+            Shape::ListOfObjects => "a JSON list",
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Node<'de>, A::Error> {
+        let Shape::Object(opened) = self.0 else {
+            while access.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(Node::Misshapen("an object"));
+        };
+        let mut entries: Vec<Entry<'de>> = Vec::with_capacity(access.size_hint().unwrap_or(0));
+        while let Some(Key(key)) = access.next_key()? {
+            let value = match opened.iter().find(|(name, _)| *name == key) {
+                Some((_, shape)) => access.next_value_seed(ShapeSeed(*shape))?,
+                None => Node::Raw(access.next_value()?),
+            };
+            match entries.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
             }
         }
-
-        deserializer.deserialize_map(EntriesVisitor)
+        Ok(Node::Object(entries))
     }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Node<'de>, A::Error> {
+        let Shape::ListOfObjects = self.0 else {
+            while access.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(Node::Misshapen("a list"));
+        };
+        let mut items = Vec::with_capacity(access.size_hint().unwrap_or(0));
+        while let Some(item) = access.next_element_seed(ShapeSeed(Shape::Object(&[])))? {
+            items.push(item);
+        }
+        Ok(Node::List(items))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Misshapen("a boolean"))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Misshapen("a number"))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Misshapen("a number"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Node<'de>, E> {
+        Ok(Node::Misshapen("a number"))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Misshapen("a string"))
+    }
+}
+
+/// The first opened value, in [`POD_SHAPE`]'s order, that has not the shape it should have,
+/// as an error naming it. An item of a list must be an object; `null` is not one.
+fn check_shapes(entries: &[Entry<'_>], opened: Opened, path: &str) -> Result<(), PolicyError> {
+    let misshapen = |path: &str, expected: &str, found: &str| {
+        Err(PolicyError::InvalidInput(format!(
+            "{path}: expected {expected}, found {found}"
+        )))
+    };
+    for (key, shape) in opened {
+        let Some(node) = get(entries, key) else {
+            continue;
+        };
+        match (shape, node) {
+            (Shape::Object(_), Node::Misshapen(found)) => {
+                return misshapen(&format!("{path}.{key}"), "an object", found);
+            }
+            (Shape::ListOfObjects, Node::Misshapen(found)) => {
+                return misshapen(&format!("{path}.{key}"), "a list", found);
+            }
+            (Shape::Object(inner), Node::Object(object)) if !inner.is_empty() => {
+                check_shapes(object, inner, &format!("{path}.{key}"))?;
+            }
+            (Shape::ListOfObjects, Node::List(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    let found = match item {
+                        Node::Misshapen(found) => found,
+                        Node::Null => "null",
+                        _ => continue,
+                    };
+                    return misshapen(&format!("{path}.{key}[{i}]"), "an object", found);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// An object key, borrowed from the input unless it held escapes.
@@ -364,93 +494,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
         }
 
         deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
-/// The entries of the object `text` (a whole document, or a value already scanned as JSON).
-fn entries(text: &str) -> serde_json::Result<Vec<Entry<'_>>> {
-    let Entries(entries) = serde_json::from_str(text)?;
-    Ok(entries
-        .into_iter()
-        .map(|(key, value)| (key, Node::Raw(value)))
-        .collect())
-}
-
-/// Opens the object under `key` (absent and `null` stay as they are); any other value is an
-/// error naming `path`.
-fn open_object(parent: &mut [Entry<'_>], key: &str, path: &str) -> Result<(), PolicyError> {
-    let Some(node) = get_mut(parent, key) else {
-        return Ok(());
-    };
-    let Node::Raw(raw) = node else {
-        return Ok(());
-    };
-    match kind(raw) {
-        "null" => Ok(()),
-        "an object" => {
-            *node = Node::Object(entries(raw.get()).map_err(|e| invalid(path, e))?);
-            Ok(())
-        }
-        other => Err(PolicyError::InvalidInput(format!(
-            "{path}: expected an object, found {other}"
-        ))),
-    }
-}
-
-/// Opens the list under `key` and each of its items, which must be objects.
-fn open_list_of_objects(
-    parent: &mut [Entry<'_>],
-    key: &str,
-    path: &str,
-) -> Result<(), PolicyError> {
-    let Some(node) = get_mut(parent, key) else {
-        return Ok(());
-    };
-    let Node::Raw(raw) = node else {
-        return Ok(());
-    };
-    match kind(raw) {
-        "null" => return Ok(()),
-        "a list" => {}
-        other => {
-            return Err(PolicyError::InvalidInput(format!(
-                "{path}: expected a list, found {other}"
-            )));
-        }
-    }
-    let raw_items: Vec<&RawValue> =
-        serde_json::from_str(raw.get()).map_err(|e| invalid(path, e))?;
-    let mut items = Vec::with_capacity(raw_items.len());
-    for (i, item) in raw_items.into_iter().enumerate() {
-        let item_path = format!("{path}[{i}]");
-        match kind(item) {
-            "an object" => items.push(Node::Object(
-                entries(item.get()).map_err(|e| invalid(&item_path, e))?,
-            )),
-            other => {
-                return Err(PolicyError::InvalidInput(format!(
-                    "{item_path}: expected an object, found {other}"
-                )));
-            }
-        }
-    }
-    *node = Node::List(items);
-    Ok(())
-}
-
-fn invalid(path: &str, e: serde_json::Error) -> PolicyError {
-    PolicyError::InvalidInput(format!("{path}: {e}"))
-}
-
-/// What a value scanned as JSON is, from its first byte.
-fn kind(raw: &RawValue) -> &'static str {
-    match raw.get().as_bytes().first() {
-        Some(b'{') => "an object",
-        Some(b'[') => "a list",
-        Some(b'"') => "a string",
-        Some(b't' | b'f') => "a boolean",
-        Some(b'n') => "null",
-        _ => "a number",
     }
 }
 
@@ -485,13 +528,24 @@ fn field<'n>(entries: &'n [Entry<'_>], key: &str) -> Option<&'n str> {
         Node::Raw(raw) => Some(raw.get()),
         Node::Encoded(text) => Some(text),
         // Only containers and volumes are opened, and those are read by their fields.
-        Node::Object(_) | Node::List(_) => None,
+        Node::Object(_) | Node::List(_) | Node::Null | Node::Misshapen(_) => None,
     }
 }
 
 fn typed<T: DeserializeOwned>(text: Option<&str>, path: &str) -> Result<Option<T>, PolicyError> {
+    typed_at(text, || path.to_owned())
+}
+
+/// As [`typed`], for a path that must be formatted (an item of a list): `path` is called only
+/// for an error, so a pod that decodes formats none.
+fn typed_at<T: DeserializeOwned>(
+    text: Option<&str>,
+    path: impl FnOnce() -> String,
+) -> Result<Option<T>, PolicyError> {
     text.map(|t| {
-        tfjob_policy_sdk::logic::json::from_json(path, t).map_err(PolicyError::InvalidInput)
+        serde_json::from_str(t).or_else(|_| {
+            tfjob_policy_sdk::logic::json::from_json(&path(), t).map_err(PolicyError::InvalidInput)
+        })
     })
     .transpose()
 }
@@ -505,12 +559,12 @@ fn containers(spec: &[Entry<'_>], key: &str) -> Result<Option<Vec<Container>>, P
         let Node::Object(container) = container else {
             continue; // opened as objects by `parse`
         };
-        let part = |name: &str| format!("pod.spec.{key}[{i}].{name}");
+        let part = |name: &'static str| move || format!("pod.spec.{key}[{i}].{name}");
         out.push(Container {
-            name: typed(field(container, "name"), &part("name"))?.unwrap_or_default(),
-            env: typed(field(container, "env"), &part("env"))?,
-            volume_mounts: typed(field(container, "volumeMounts"), &part("volumeMounts"))?,
-            resources: typed(field(container, "resources"), &part("resources"))?,
+            name: typed_at(field(container, "name"), part("name"))?.unwrap_or_default(),
+            env: typed_at(field(container, "env"), part("env"))?,
+            volume_mounts: typed_at(field(container, "volumeMounts"), part("volumeMounts"))?,
+            resources: typed_at(field(container, "resources"), part("resources"))?,
             ..Container::default()
         });
     }
@@ -555,6 +609,35 @@ fn set<T: Serialize>(
     Ok(())
 }
 
+/// Sets the list under `key`, which held `before` (decoded from the document), to `after`. When
+/// `after` only appends to `before`, as decoration does with variables and mounts, the list's
+/// text is kept and the new items are written after it: the items already there (a container's
+/// `TF_CONFIG`, most of a worker's pod) are neither encoded again nor changed.
+fn set_list<T: Serialize + PartialEq>(
+    object: &mut Vec<Entry<'_>>,
+    key: &'static str,
+    before: Option<&[T]>,
+    after: Option<&[T]>,
+) -> Result<(), PolicyError> {
+    if let (Some(before), Some(after), Some(Node::Raw(raw))) = (before, after, get(object, key))
+        && after.starts_with(before)
+        && let Some(open) = raw.get().strip_suffix(']')
+    {
+        let mut text = String::with_capacity(open.len() + 128 * (after.len() - before.len()));
+        text.push_str(open);
+        for (i, item) in after[before.len()..].iter().enumerate() {
+            if i > 0 || !before.is_empty() {
+                text.push(',');
+            }
+            text.push_str(&encode(key, item)?);
+        }
+        text.push(']');
+        *slot(object, key) = Node::Encoded(text);
+        return Ok(());
+    }
+    set(object, key, &after)
+}
+
 fn encode<T: Serialize>(what: &str, value: &T) -> Result<String, PolicyError> {
     serde_json::to_string(value)
         .map_err(|e| PolicyError::Failed(format!("encoding {what} as JSON: {e}")))
@@ -577,6 +660,10 @@ fn write_node(node: &Node<'_>, out: &mut String) {
     match node {
         Node::Raw(raw) => out.push_str(raw.get()),
         Node::Encoded(text) => out.push_str(text),
+        Node::Null => out.push_str("null"),
+        Node::Misshapen(found) => {
+            unreachable!("a parsed document holds no misshapen value ({found})")
+        }
         Node::Object(entries) => write_object(entries, out),
         Node::List(items) => {
             out.push('[');
