@@ -31,7 +31,7 @@ impl bindings::exports::tfjob::policy::classify::Guest for DefaultClassify {
         pod: String,
         now: String,
     ) -> Result<Verdict, PolicyError> {
-        let doc: ClassifySettingsDoc = settings::load(&settings)?;
+        let doc = settings::cached::<ClassifySettingsDoc>(&settings)?;
         let settings = doc.to_settings().map_err(PolicyError::InvalidSettings)?;
         // Metadata and status only: classification never reads the spec.
         let pod = convert::observed_pod_from_json(&pod)?;

@@ -31,7 +31,7 @@ impl bindings::exports::tfjob::policy::settings::Guest for DefaultDecorate {
 
 impl bindings::exports::tfjob::policy::decorate::Guest for DefaultDecorate {
     fn decorate_pod(ctx: JobContext, settings: String, pod: String) -> Result<String, PolicyError> {
-        let settings: DecorateSettings = settings::load(&settings)?;
+        let settings = settings::cached::<DecorateSettings>(&settings)?;
         decorate_document(&settings, &ctx.into(), &pod)
     }
 }

@@ -29,7 +29,7 @@ impl bindings::exports::tfjob::policy::resources::Guest for DefaultResources {
         container_name: String,
         resources: String,
     ) -> Result<String, PolicyError> {
-        let settings: ResourceSettings = settings::load(&settings)?;
+        let settings = settings::cached::<ResourceSettings>(&settings)?;
         let resources = convert::resources_from_json(&resources)?;
         let resources = override_resources(&settings, &container_name, resources)
             .map_err(PolicyError::InvalidInput)?;

@@ -24,6 +24,7 @@
 //!
 //! Run: `cargo bench -p tfjob-policy-engine --bench policy_overhead`
 
+use std::borrow::Cow;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,10 +101,10 @@ const TARGETS: [(&str, f64); 3] = [("decorate", 2.5), ("resources", 2.0), ("clas
 /// `container-name` at 68 and `resources` at 76 (pointer) and 80 (length). The result is written
 /// to a return area: the `ok` case (0) at byte 0, the string's pointer and length at 4 and 8.
 ///
-/// The exported interface instance is built as `wit-component` builds one: a small component
-/// that imports the function and the types it names, and exports them again under their WIT
-/// names (exported records and variants must be named).
-const FLOOR_RESOURCES_WAT: &str = r#"
+/// The exported interface instance is `tests/data/resources-export-0.1.0.wat`, built as
+/// `wit-component` builds one.
+const FLOOR_RESOURCES_WAT: &str = concat!(
+    r#"
 (component
   (core module $m
     (memory (export "memory") 1)
@@ -133,60 +134,10 @@ const FLOOR_RESOURCES_WAT: &str = r#"
   (alias core export $i "memory" (core memory $mem))
   (alias core export $i "realloc" (core func $realloc))
   (alias core export $i "override-resources" (core func $override))
-
-  (type $ctx (record
-    (field "job-name" string)
-    (field "namespace" string)
-    (field "job-uid" string)
-    (field "job-labels" (list (tuple string string)))
-    (field "job-annotations" (list (tuple string string)))
-    (field "replica-type" string)
-    (field "replica-index" s32)
-    (field "replica-count" s32)
-    (field "attempt" s32)))
-  (type $error (variant
-    (case "invalid-input" string)
-    (case "invalid-settings" string)
-    (case "failed" string)))
-  (func $override-resources
-    (param "ctx" $ctx) (param "settings" string) (param "container-name" string)
-    (param "resources" string)
-    (result (result string (error $error)))
-    (canon lift (core func $override) (memory $mem) (realloc $realloc)))
-
-  (component $interface
-    (type $ctx-def (record
-      (field "job-name" string)
-      (field "namespace" string)
-      (field "job-uid" string)
-      (field "job-labels" (list (tuple string string)))
-      (field "job-annotations" (list (tuple string string)))
-      (field "replica-type" string)
-      (field "replica-index" s32)
-      (field "replica-count" s32)
-      (field "attempt" s32)))
-    (import "import-type-job-context" (type $ctx (eq $ctx-def)))
-    (type $error-def (variant
-      (case "invalid-input" string)
-      (case "invalid-settings" string)
-      (case "failed" string)))
-    (import "import-type-policy-error" (type $error (eq $error-def)))
-    (import "import-func-override-resources" (func $f
-      (param "ctx" $ctx) (param "settings" string) (param "container-name" string)
-      (param "resources" string)
-      (result (result string (error $error)))))
-    (export $ctx-out "job-context" (type $ctx))
-    (export $error-out "policy-error" (type $error))
-    (export "override-resources" (func $f) (func
-      (param "ctx" $ctx-out) (param "settings" string) (param "container-name" string)
-      (param "resources" string)
-      (result (result string (error $error-out))))))
-  (instance $resources (instantiate $interface
-    (with "import-type-job-context" (type $ctx))
-    (with "import-type-policy-error" (type $error))
-    (with "import-func-override-resources" (func $override-resources))))
-  (export "tfjob:policy/resources@0.1.0" (instance $resources)))
-"#;
+"#,
+    include_str!("../tests/data/resources-export-0.1.0.wat"),
+    ")\n"
+);
 
 fn logic_context() -> JobContext {
     JobContext {
@@ -490,6 +441,29 @@ fn floor_classify(pod: &str) -> Value {
     serde_json::from_str(pod).expect("pod")
 }
 
+/// Which component a Wasm iteration runs: the copy pre-initialised for the benchmark's settings
+/// (what the operator runs), or the plain component, reached with the same settings followed by
+/// a space (the same document, a text no copy was prepared for).
+#[derive(Clone, Copy)]
+enum Run {
+    Prepared,
+    Plain,
+}
+
+impl Run {
+    fn settings(self, hook: Hook) -> Cow<'static, str> {
+        let settings = match hook {
+            Hook::Decorate => DECORATE_SETTINGS,
+            Hook::Resources => RESOURCE_SETTINGS,
+            Hook::Classify => CLASSIFY_SETTINGS,
+        };
+        match self {
+            Run::Prepared => Cow::Borrowed(settings),
+            Run::Plain => Cow::Owned(format!("{settings} ")),
+        }
+    }
+}
+
 struct Inputs {
     engine: PolicyEngine,
     policies: [Arc<CompiledPolicy>; 3],
@@ -507,7 +481,12 @@ impl Inputs {
         let engine = PolicyEngine::new(SandboxLimits::default()).expect("engine starts");
         let policies = Hook::ALL.map(|hook| {
             let d = defaults::for_hook(hook);
-            engine.compile(d.wasm).expect("default policy compiles")
+            let policy = engine.compile(d.wasm).expect("default policy compiles");
+            // As the operator does once it activated a policy version.
+            engine
+                .prepare(&policy, d.name, &Run::Prepared.settings(hook))
+                .expect("the default policy is pre-initialised");
+            policy
         });
         let pod = worker_pod();
         let resources = pod.spec.as_ref().expect("spec").containers[0]
@@ -537,21 +516,27 @@ impl Inputs {
         (&self.policies[i], defaults::for_hook(hook).name)
     }
 
-    fn wasm_decorate(&self) -> String {
+    fn wasm_decorate(&self, run: Run) -> String {
         let (p, name) = self.policy(Hook::Decorate);
         self.engine
-            .decorate(p, name, &self.wit_ctx, DECORATE_SETTINGS, &self.pod)
+            .decorate(
+                p,
+                name,
+                &self.wit_ctx,
+                &run.settings(Hook::Decorate),
+                &self.pod,
+            )
             .expect("decorate")
     }
 
-    fn wasm_resources(&self) -> String {
+    fn wasm_resources(&self, run: Run) -> String {
         let (p, name) = self.policy(Hook::Resources);
         self.engine
             .override_resources(
                 p,
                 name,
                 &self.wit_ctx,
-                RESOURCE_SETTINGS,
+                &run.settings(Hook::Resources),
                 CONTAINER,
                 &self.resources,
             )
@@ -571,14 +556,14 @@ impl Inputs {
             .expect("floor resources")
     }
 
-    fn wasm_classify(&self) -> bindings::Verdict {
+    fn wasm_classify(&self, run: Run) -> bindings::Verdict {
         let (p, name) = self.policy(Hook::Classify);
         self.engine
             .classify(
                 p,
                 name,
                 &self.wit_ctx,
-                CLASSIFY_SETTINGS,
+                &run.settings(Hook::Classify),
                 &self.observed,
                 NOW,
             )
@@ -589,17 +574,28 @@ impl Inputs {
     fn check(&self) {
         for hook in Hook::ALL {
             let (p, name) = self.policy(hook);
-            let settings = match hook {
-                Hook::Decorate => DECORATE_SETTINGS,
-                Hook::Resources => RESOURCE_SETTINGS,
-                Hook::Classify => CLASSIFY_SETTINGS,
-            };
+            let settings = Run::Prepared.settings(hook);
             self.engine
-                .validate_settings(p, name, settings)
+                .validate_settings(p, name, &settings)
                 .expect("the benchmark's settings are valid");
+            assert!(p.is_prepared_for(&settings), "{hook} is prepared");
+            assert!(!p.is_prepared_for(&Run::Plain.settings(hook)), "{hook}");
         }
+        // The copy decides as the plain component.
+        assert_eq!(
+            self.wasm_decorate(Run::Prepared),
+            self.wasm_decorate(Run::Plain)
+        );
+        assert_eq!(
+            self.wasm_resources(Run::Prepared),
+            self.wasm_resources(Run::Plain)
+        );
+        assert_eq!(
+            format!("{:?}", self.wasm_classify(Run::Prepared)),
+            format!("{:?}", self.wasm_classify(Run::Plain))
+        );
 
-        let wasm: Value = serde_json::from_str(&self.wasm_decorate()).expect("JSON");
+        let wasm: Value = serde_json::from_str(&self.wasm_decorate(Run::Prepared)).expect("JSON");
         let native: Value =
             serde_json::from_str(&native_decorate(&self.ctx, DECORATE_SETTINGS, &self.pod))
                 .expect("JSON");
@@ -618,7 +614,7 @@ impl Inputs {
             assert_eq!(got, Some(len), "{pointer} after decoration");
         }
 
-        let wasm: Value = serde_json::from_str(&self.wasm_resources()).expect("JSON");
+        let wasm: Value = serde_json::from_str(&self.wasm_resources(Run::Prepared)).expect("JSON");
         let native: Value = serde_json::from_str(&native_resources(
             RESOURCE_SETTINGS,
             CONTAINER,
@@ -628,7 +624,7 @@ impl Inputs {
         assert_eq!(wasm, native, "resources differ");
         assert_eq!(wasm["requests"]["nvidia.com/gpu"], "1", "{wasm}");
 
-        let wasm = self.wasm_classify();
+        let wasm = self.wasm_classify(Run::Prepared);
         let (native, occurred_at) = native_classify(CLASSIFY_SETTINGS, &self.observed, NOW);
         // Exit code 1 of the tensorflow container: a permanent failure of the user's code.
         assert_eq!(wasm.phase, bindings::Phase::PermanentFailure, "{wasm:?}");
@@ -648,7 +644,12 @@ impl Inputs {
 
 fn bench(c: &mut Criterion, inputs: &Inputs) {
     let mut group = c.benchmark_group("decorate");
-    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_decorate())));
+    group.bench_function("wasm", |b| {
+        b.iter(|| black_box(inputs.wasm_decorate(Run::Prepared)))
+    });
+    group.bench_function("wasm-plain", |b| {
+        b.iter(|| black_box(inputs.wasm_decorate(Run::Plain)))
+    });
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_decorate(
@@ -664,7 +665,12 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
     group.finish();
 
     let mut group = c.benchmark_group("resources");
-    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_resources())));
+    group.bench_function("wasm", |b| {
+        b.iter(|| black_box(inputs.wasm_resources(Run::Prepared)))
+    });
+    group.bench_function("wasm-plain", |b| {
+        b.iter(|| black_box(inputs.wasm_resources(Run::Plain)))
+    });
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_resources(
@@ -678,7 +684,12 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
     group.finish();
 
     let mut group = c.benchmark_group("classify");
-    group.bench_function("wasm", |b| b.iter(|| black_box(inputs.wasm_classify())));
+    group.bench_function("wasm", |b| {
+        b.iter(|| black_box(inputs.wasm_classify(Run::Prepared)))
+    });
+    group.bench_function("wasm-plain", |b| {
+        b.iter(|| black_box(inputs.wasm_classify(Run::Plain)))
+    });
     group.bench_function("native", |b| {
         b.iter(|| {
             black_box(native_classify(

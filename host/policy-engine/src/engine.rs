@@ -1,5 +1,6 @@
 //! The wasmtime plumbing: one shared `Engine`, components compiled once per content digest and
-//! kept as `InstancePre`, and a fresh `Store` per evaluation with an epoch deadline and a memory
+//! kept as `InstancePre` (with copies pre-initialised for a settings document, see
+//! `preinit.rs`), and a fresh `Store` per evaluation with an epoch deadline and a memory
 //! cap. Every failure becomes an [`EvalError`] with a category; nothing here panics on guest
 //! behaviour or blocks past the deadline.
 
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker};
 use wasmtime::{
@@ -21,6 +23,7 @@ use crate::bindings::{self, classify, decorate, resources, settings, v0_1};
 use crate::clock::WaitPastDeadline;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
+use crate::preinit;
 use crate::sandbox::{MemoryBudget, Sandbox};
 
 /// A policy hook.
@@ -82,10 +85,34 @@ pub struct CompiledPolicy {
     /// Component exports, e.g. `tfjob:policy/decorate@0.2.0`.
     pub exports: Vec<String>,
     pre: InstancePre<Sandbox>,
+    /// The component as compiled (binary), kept to pre-initialise it; empty in a prepared copy.
+    binary: Arc<[u8]>,
+    /// Copies pre-initialised for a settings document (see [`LimitedEngine::prepare`]), at
+    /// most [`MAX_PREPARED`]; read on every call, written once per policy version.
+    prepared: ArcSwap<Vec<Prepared>>,
+    /// Settings documents a background preparation was started for, whatever came of it: each
+    /// is tried once, and at most [`MAX_PREPARED`] are.
+    tried: Mutex<Vec<Box<str>>>,
     decorate: Option<Export<decorate::GuestIndices, v0_1::decorate::GuestIndices>>,
     resources: Option<Export<resources::GuestIndices, v0_1::resources::GuestIndices>>,
     classify: Option<Export<classify::GuestIndices, v0_1::classify::GuestIndices>>,
     settings: Option<Export<settings::GuestIndices, v0_1::settings::GuestIndices>>,
+}
+
+/// The most pre-initialised copies one module keeps, one per settings document: beyond it, a
+/// module activated with yet other settings runs from its plain instance.
+pub const MAX_PREPARED: usize = 4;
+
+/// The most linear memory a validation may leave for a copy to be made of it: the snapshot
+/// copies what the memories hold, and a component of more than the module limit is refused
+/// anyway, so a validation that fills its memory cap costs a bounded copy, not 64 MiB.
+pub const MAX_PREPARED_MEMORY: usize = 16 << 20;
+
+/// A copy of a component whose instances start where `validate-settings` of `settings` ended.
+#[derive(Clone)]
+struct Prepared {
+    settings: Box<str>,
+    policy: Arc<CompiledPolicy>,
 }
 
 /// A hook's export, found under the current contract or under 0.1.0.
@@ -150,6 +177,34 @@ impl CompiledPolicy {
     pub fn validates_settings(&self) -> bool {
         self.settings.is_some()
     }
+
+    /// Whether a copy pre-initialised for `settings` is ready.
+    pub fn is_prepared_for(&self, settings: &str) -> bool {
+        self.prepared_for(settings).is_some()
+    }
+
+    /// Records that a background preparation for `settings` starts; false when there is
+    /// nothing to prepare or it was tried already.
+    fn claim_preparation(&self, settings: &str) -> bool {
+        if self.settings.is_none() || self.binary.is_empty() {
+            return false;
+        }
+        let mut tried = self.tried.lock().expect("preparation lock");
+        if tried.len() >= MAX_PREPARED || tried.iter().any(|t| &**t == settings) {
+            return false;
+        }
+        tried.push(settings.into());
+        true
+    }
+
+    /// The copy pre-initialised for `settings`, if there is one.
+    fn prepared_for(&self, settings: &str) -> Option<Arc<CompiledPolicy>> {
+        self.prepared
+            .load()
+            .iter()
+            .find(|p| &*p.settings == settings)
+            .map(|p| Arc::clone(&p.policy))
+    }
 }
 
 impl fmt::Debug for CompiledPolicy {
@@ -176,6 +231,9 @@ pub struct PolicyEngine {
     budget: MemoryBudget,
     /// Compiled components by digest; each slot is locked while its digest compiles.
     compiled: Mutex<HashMap<String, CompileSlot>>,
+    /// Held by a background preparation while it runs: one at a time, so that many policies
+    /// activated together cost one core and one snapshot's memory, not one per policy.
+    preparing: Mutex<()>,
     stop: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
 }
@@ -230,6 +288,7 @@ impl PolicyEngine {
             budget: MemoryBudget::new(limits.memory_budget),
             limits,
             compiled: Mutex::default(),
+            preparing: Mutex::default(),
             stop,
             ticker: Some(ticker),
         })
@@ -311,8 +370,18 @@ impl PolicyEngine {
         let binary = wat::parse_bytes(wasm)
             .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
         crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
-        let link = |e: wasmtime::Error| EvalError::new(Category::Link, format!("{e:#}"));
         let component = compile_apart(&self.compile_config, &self.engine, &binary).map_err(link)?;
+        self.link(component, digest, wasm.len(), binary.into_owned().into())
+    }
+
+    /// Links a compiled component and finds its hooks.
+    fn link(
+        &self,
+        component: Component,
+        digest: String,
+        size: usize,
+        binary: Arc<[u8]>,
+    ) -> Result<Arc<CompiledPolicy>, EvalError> {
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
@@ -325,9 +394,12 @@ impl PolicyEngine {
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
         Ok(Arc::new(CompiledPolicy {
             digest,
-            size: wasm.len(),
+            size,
             imports,
             exports,
+            binary,
+            prepared: ArcSwap::default(),
+            tried: Mutex::default(),
             decorate: Export::find(decorate::GuestIndices::new(&pre), || {
                 v0_1::decorate::GuestIndices::new(&pre)
             }),
@@ -370,6 +442,65 @@ impl PolicyEngine {
         settings: &str,
     ) -> Result<(), EvalError> {
         self.at_maximum().validate_settings(policy, name, settings)
+    }
+
+    /// Pre-initialises `policy` for `settings` within the engine's limits; see
+    /// [`LimitedEngine::prepare`].
+    pub fn prepare(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+    ) -> Result<bool, EvalError> {
+        self.at_maximum().prepare(policy, name, settings)
+    }
+
+    /// Starts [`LimitedEngine::prepare`] of `policy` for `settings`, within `limits`, on a
+    /// thread of its own, and returns at once; the hooks run from the plain component until the
+    /// copy is ready. Nothing starts when a copy is ready, or when this module was tried with
+    /// these settings before (whatever came of it) or with [`MAX_PREPARED`] documents: a
+    /// validation that fails once is not run again on every call.
+    pub fn prepare_in_background(
+        self: &Arc<Self>,
+        policy: &Arc<CompiledPolicy>,
+        name: &str,
+        settings: &str,
+        limits: CallLimits,
+    ) {
+        if policy.is_prepared_for(settings) || !policy.claim_preparation(settings) {
+            return;
+        }
+        let engine = Arc::clone(self);
+        let policy = Arc::clone(policy);
+        let (owned_name, settings) = (name.to_owned(), settings.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("wasm-preinit".into())
+            .spawn(move || {
+                let name = owned_name;
+                // A preparation that panicked leaves nothing behind that the next one reads.
+                let _one = engine
+                    .preparing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let started = std::time::Instant::now();
+                match engine.limited(limits).prepare(&policy, &name, &settings) {
+                    Ok(_) => tracing::debug!(
+                        policy = %name,
+                        digest = policy.short_digest(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "pre-initialised for its settings"
+                    ),
+                    Err(error) => tracing::info!(
+                        policy = %name,
+                        digest = policy.short_digest(),
+                        %error,
+                        "not pre-initialised; its calls run from the plain component"
+                    ),
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(policy = %name, %error, "cannot start pre-initialisation");
+        }
     }
 
     /// Calls `decorate-pod` within the engine's limits; returns the decorated pod's JSON.
@@ -420,7 +551,7 @@ impl PolicyEngine {
     fn evaluate<R>(
         &self,
         limits: &CallLimits,
-        policy: &CompiledPolicy,
+        pre: &InstancePre<Sandbox>,
         name: &str,
         call: impl FnOnce(
             &mut Store<Sandbox>,
@@ -442,8 +573,7 @@ impl PolicyEngine {
         let ticks = limits.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let result = policy
-            .pre
+        let result = pre
             .instantiate(&mut store)
             .and_then(|instance| call(&mut store, &instance));
         store.data().flush_output();
@@ -522,16 +652,115 @@ impl LimitedEngine<'_> {
             };
         };
         self.engine
-            .evaluate(&self.limits, policy, name, |store, instance| {
-                let verdict = match indices {
-                    Export::Current(i) => i
-                        .load(&mut *store, instance)?
-                        .call_validate_settings(&mut *store, settings)?,
-                    Export::V0_1(i) => i
-                        .load(&mut *store, instance)?
-                        .call_validate_settings(&mut *store, settings)?,
-                };
-                Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
+            .evaluate(&self.limits, &policy.pre, name, |store, instance| {
+                call_validate_settings(indices, store, instance, settings)
+            })
+    }
+
+    /// Pre-initialises `policy` for `settings` (see `preinit.rs`): runs
+    /// `validate-settings` once, within these limits, in an instrumented copy of the component,
+    /// and keeps a copy whose instances start from the memories and globals it left. Every later
+    /// hook call with the same settings runs in a fresh instance of that copy.
+    ///
+    /// Returns whether a copy was made: none when there is one already, when the module exports
+    /// no `validate-settings` or when it holds [`MAX_PREPARED`] copies. Fails, and every call
+    /// keeps running from the plain component, when the settings are refused, the validation
+    /// traps or passes the deadline or the memory cap, or the copy is larger than the module
+    /// limit.
+    pub fn prepare(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+    ) -> Result<bool, EvalError> {
+        self.engine.check_input("settings", settings)?;
+        let full = || policy.prepared.load().len() >= MAX_PREPARED;
+        if policy.settings.is_none()
+            || policy.binary.is_empty()
+            || policy.is_prepared_for(settings)
+            || full()
+        {
+            return Ok(false);
+        }
+        let engine = self.engine;
+        let instrumented = preinit::instrument(&policy.binary).map_err(link)?;
+        let component = compile_apart(&engine.compile_config, &engine.engine, &instrumented.binary)
+            .map_err(link)?;
+        let pre = engine.linker.instantiate_pre(&component).map_err(link)?;
+        let indices = Export::find(settings::GuestIndices::new(&pre), || {
+            v0_1::settings::GuestIndices::new(&pre)
+        })
+        .ok_or_else(|| EvalError::new(Category::Link, "the instrumented copy lost its settings"))?;
+        let image = engine.evaluate(&self.limits, &pre, name, |store, instance| {
+            if let Err(refused) = call_validate_settings(&indices, store, instance, settings)? {
+                return Ok(Err(refused));
+            }
+            let memory = store.data().limiter.granted();
+            if memory > MAX_PREPARED_MEMORY {
+                return Ok(Ok(Err(memory)));
+            }
+            preinit::snapshot(&instrumented, store, *instance).map(|image| Ok(Ok(image)))
+        })?;
+        let image = image.map_err(|memory| {
+            EvalError::new(
+                Category::Memory,
+                format!(
+                    "the validation left {memory} bytes of memory; a copy is made of at most \
+                     {MAX_PREPARED_MEMORY}"
+                ),
+            )
+        })?;
+        if image.len() > engine.limits.max_module {
+            return Err(EvalError::new(
+                Category::Memory,
+                format!(
+                    "the pre-initialised component is {} bytes; the module limit is {}",
+                    image.len(),
+                    engine.limits.max_module
+                ),
+            ));
+        }
+        let component =
+            compile_apart(&engine.compile_config, &engine.engine, &image).map_err(link)?;
+        let copy = engine.link(component, policy.digest.clone(), policy.size, Arc::from([]))?;
+        let mut added = false;
+        policy.prepared.rcu(|list| {
+            added = !list.iter().any(|p| &*p.settings == settings) && list.len() < MAX_PREPARED;
+            let mut list = Vec::clone(list);
+            if added {
+                list.push(Prepared {
+                    settings: settings.into(),
+                    policy: Arc::clone(&copy),
+                });
+            }
+            list
+        });
+        Ok(added)
+    }
+
+    /// Runs `call` with `hook`'s export (found by `export`) in a fresh instance of the copy of
+    /// `policy` prepared for `settings`, or of `policy` itself when there is none.
+    fn call_hook<Current, Compat, R>(
+        &self,
+        policy: &CompiledPolicy,
+        settings: &str,
+        name: &str,
+        (hook, export): (
+            Hook,
+            impl Fn(&CompiledPolicy) -> &Option<Export<Current, Compat>>,
+        ),
+        call: impl FnOnce(
+            &Export<Current, Compat>,
+            &mut Store<Sandbox>,
+            &Instance,
+        ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
+    ) -> Result<R, EvalError> {
+        let prepared = policy.prepared_for(settings);
+        let policy = prepared.as_deref().unwrap_or(policy);
+        let indices = self::hook(export(policy), hook)?;
+        self.engine
+            .evaluate(&self.limits, &policy.pre, name, |store, instance| {
+                call(indices, store, instance)
             })
     }
 
@@ -544,13 +773,13 @@ impl LimitedEngine<'_> {
         settings: &str,
         pod: &str,
     ) -> Result<String, EvalError> {
-        let indices = hook(&policy.decorate, Hook::Decorate)?;
         self.engine.check_input("pod", pod)?;
-        let out = self.engine.evaluate(
-            &self.limits,
+        let out = self.call_hook(
             policy,
+            settings,
             name,
-            |store, instance| match indices {
+            (Hook::Decorate, |p| &p.decorate),
+            |indices, store, instance| match indices {
                 Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
                     &mut *store,
                     ctx,
@@ -577,13 +806,13 @@ impl LimitedEngine<'_> {
         container: &str,
         requirements: &str,
     ) -> Result<String, EvalError> {
-        let indices = hook(&policy.resources, Hook::Resources)?;
         self.engine.check_input("resources", requirements)?;
-        let out = self.engine.evaluate(
-            &self.limits,
+        let out = self.call_hook(
             policy,
+            settings,
             name,
-            |store, instance| match indices {
+            (Hook::Resources, |p| &p.resources),
+            |indices, store, instance| match indices {
                 Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
                     &mut *store,
                     ctx,
@@ -617,28 +846,27 @@ impl LimitedEngine<'_> {
         pod: &str,
         now: &str,
     ) -> Result<bindings::Verdict, EvalError> {
-        let indices = hook(&policy.classify, Hook::Classify)?;
         self.engine.check_input("pod", pod)?;
-        let verdict =
-            self.engine.evaluate(
-                &self.limits,
-                policy,
-                name,
-                |store, instance| match indices {
-                    Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
-                        &mut *store,
-                        ctx,
-                        settings,
-                        pod,
-                        now,
-                    ),
-                    Export::V0_1(i) => Ok(i
-                        .load(&mut *store, instance)?
-                        .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
-                        .map(|v| v0_1::verdict_at(v, now))
-                        .map_err(Into::into)),
-                },
-            )?;
+        let verdict = self.call_hook(
+            policy,
+            settings,
+            name,
+            (Hook::Classify, |p| &p.classify),
+            |indices, store, instance| match indices {
+                Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                    now,
+                ),
+                Export::V0_1(i) => Ok(i
+                    .load(&mut *store, instance)?
+                    .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
+                    .map(|v| v0_1::verdict_at(v, now))
+                    .map_err(Into::into)),
+            },
+        )?;
         let times = [&verdict.occurred_at, &verdict.recheck_at]
             .into_iter()
             .flatten()
@@ -688,6 +916,28 @@ fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbo
             text::elided(&format!("{error:#}"), MAX_GUEST_TEXT),
         ),
     }
+}
+
+/// Calls `validate-settings` in `instance`; a refusal is `invalid-settings`.
+fn call_validate_settings(
+    indices: &Export<settings::GuestIndices, v0_1::settings::GuestIndices>,
+    store: &mut Store<Sandbox>,
+    instance: &Instance,
+    settings: &str,
+) -> wasmtime::Result<Result<(), bindings::PolicyError>> {
+    let verdict = match indices {
+        Export::Current(i) => i
+            .load(&mut *store, instance)?
+            .call_validate_settings(&mut *store, settings)?,
+        Export::V0_1(i) => i
+            .load(&mut *store, instance)?
+            .call_validate_settings(&mut *store, settings)?,
+    };
+    Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
+}
+
+fn link(e: wasmtime::Error) -> EvalError {
+    EvalError::new(Category::Link, format!("{e:#}"))
 }
 
 fn hook<T>(indices: &Option<T>, hook: Hook) -> Result<&T, EvalError> {

@@ -3,7 +3,8 @@
 //! Policies are components implementing `wit/policy.wit`. The [`engine::PolicyEngine`] compiles
 //! each once per digest (after [`structure`] checked its shape) and runs every call in a fresh
 //! store with a deadline (timers bounded by [`clock`]), a memory cap and input/output size caps,
-//! with no ambient authority. The [`guard`] checks decorated pods against the paths and the
+//! with no ambient authority, from a copy pre-initialised for the policy's settings once
+//! `preinit.rs` made one. The [`guard`] checks decorated pods against the paths and the
 //! [`capabilities`] a policy was granted, the [`verdict_guard`] checks classifications against
 //! the pod, [`signature`] verifies signed modules, the [`registry`] holds the active policies as
 //! an atomically swappable snapshot, and
@@ -23,6 +24,7 @@ pub mod field_diff;
 pub mod guard;
 pub mod local;
 pub mod metrics;
+mod preinit;
 mod sandbox;
 pub mod signature;
 

@@ -233,6 +233,10 @@ impl WasmPolicies {
         hook: Hook,
         eval: impl FnOnce() -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
+        // The first calls of a policy version run from its plain component while the copy
+        // pre-initialised for its settings is made; later calls run from the copy.
+        self.engine
+            .prepare_in_background(&p.compiled, p.name(), &p.settings, p.limits);
         let started = Instant::now();
         let result = eval();
         if let Some(m) = &self.metrics {

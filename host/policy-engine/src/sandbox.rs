@@ -230,6 +230,11 @@ impl MemoryLimiter {
     pub fn was_hit(&self) -> bool {
         self.hit.load(Ordering::Relaxed)
     }
+
+    /// The linear memory the evaluation's memories hold, in bytes.
+    pub fn granted(&self) -> usize {
+        self.granted
+    }
 }
 
 impl Drop for MemoryLimiter {
