@@ -258,7 +258,14 @@ struct Gang {
     members: HashMap<GroupKey, HashSet<String>>,
     /// Groups whose status may be out of date.
     stale: HashSet<GroupKey>,
+    /// When to try again a status write that failed (kept conflicting, or the store refused
+    /// it): the group is marked stale again, and admission runs again, at that time, even if
+    /// no event comes to wake the loop.
+    retry_at: Option<Instant>,
 }
+
+/// How long a failed podgroup status write waits before it is tried again.
+const GROUP_STATUS_RETRY: Duration = Duration::from_millis(200);
 
 struct GroupEntry {
     /// The PodGroup as last seen (or written).
@@ -508,6 +515,7 @@ impl Kubelet {
                 groups: HashMap::new(),
                 members: HashMap::new(),
                 stale: HashSet::new(),
+                retry_at: None,
             })
         });
         Some(Kubelet {
@@ -1059,7 +1067,11 @@ impl Kubelet {
     /// The earliest timer of any pod, or of a coscheduled group's wait at permit.
     fn next_deadline(&self) -> Option<Instant> {
         let pods = self.wakeups.peek().map(|Reverse((at, _))| *at);
-        pods.into_iter().chain(self.permit_deadlines()).min()
+        let retry = self.gang.as_ref().and_then(|g| g.retry_at);
+        pods.into_iter()
+            .chain(retry)
+            .chain(self.permit_deadlines())
+            .min()
     }
 
     /// When each coscheduled group waiting at permit times out.
@@ -1072,6 +1084,12 @@ impl Kubelet {
 
     /// Runs every timer due by `now`.
     fn fire(&mut self, now: Instant) {
+        // A due status retry needs nothing here: the loop syncs and admits groups after this.
+        if let Some(g) = &mut self.gang
+            && g.retry_at.is_some_and(|at| at <= now)
+        {
+            g.retry_at = None;
+        }
         let mut woken = Vec::new();
         while let Some(Reverse((at, _))) = self.wakeups.peek()
             && *at <= now
@@ -1453,6 +1471,7 @@ impl Kubelet {
             }
             gang::subtract(&mut free, &spec.min_resources);
             tracing::debug!(group = key.1, namespace = key.0, "podgroup Inqueue");
+            // A write that fails is retried by the next pass, which `retry_at` brings about.
             self.write_group_status(&key, |prev| {
                 let mut status = prev.cloned().unwrap_or_else(|| json!({}));
                 status["phase"] = json!("Inqueue");
@@ -1657,8 +1676,11 @@ impl Kubelet {
                     )
                 }
             };
-            if previous.as_ref() != Some(&status) {
-                self.write_group_status(&key, |_| status.clone());
+            if previous.as_ref() != Some(&status)
+                && !self.write_group_status(&key, |_| status.clone())
+                && let Some(g) = &mut self.gang
+            {
+                g.stale.insert(key);
             }
         }
     }
@@ -1680,13 +1702,25 @@ impl Kubelet {
 
     /// Writes a group's status through the status subresource, computed from the stored one,
     /// retrying on conflicts; the cached group follows, and a new phase triggers a pass.
-    fn write_group_status(&mut self, key: &GroupKey, render: impl Fn(Option<&Value>) -> Value) {
+    /// Returns false when the write did not happen and the group still exists: then a retry is
+    /// due in [`GROUP_STATUS_RETRY`] (see `Gang::retry_at`).
+    fn write_group_status(
+        &mut self,
+        key: &GroupKey,
+        render: impl Fn(Option<&Value>) -> Value,
+    ) -> bool {
         let Some(groups_t) = self.gang.as_ref().map(|g| g.groups_t.clone()) else {
-            return;
+            return true;
         };
         for _ in 0..5 {
-            let Ok(current) = self.store.get(&groups_t, Some(&key.0), &key.1) else {
-                return;
+            let current = match self.store.get(&groups_t, Some(&key.0), &key.1) {
+                Ok(current) => current,
+                // Deleted meanwhile: nothing left to write.
+                Err(e) if e.reason == "NotFound" => return true,
+                Err(e) => {
+                    tracing::warn!(group = key.1, namespace = key.0, error = %e, "cannot read podgroup");
+                    return self.retry_group_status_later();
+                }
             };
             let body = json!({
                 "metadata": {"name": key.1, "resourceVersion": meta(&current, "resourceVersion")},
@@ -1698,20 +1732,32 @@ impl Kubelet {
             {
                 Ok(written) => {
                     self.on_group(written);
-                    return;
+                    return true;
                 }
                 Err(e) if e.reason == "Conflict" => continue,
+                Err(e) if e.reason == "NotFound" => return true,
                 Err(e) => {
                     tracing::warn!(group = key.1, namespace = key.0, error = %e, "cannot write podgroup status");
-                    return;
+                    return self.retry_group_status_later();
                 }
             }
         }
         tracing::warn!(
             group = key.1,
             namespace = key.0,
-            "podgroup status kept conflicting; giving up"
+            "podgroup status kept conflicting; trying again shortly"
         );
+        self.retry_group_status_later()
+    }
+
+    /// Sets the retry time of failed group status writes; returns false, for the caller to
+    /// return.
+    fn retry_group_status_later(&mut self) -> bool {
+        if let Some(g) = &mut self.gang {
+            let at = Instant::now() + GROUP_STATUS_RETRY;
+            g.retry_at = Some(g.retry_at.map_or(at, |t| t.min(at)));
+        }
+        false
     }
 
     /// Sets `spec.nodeName`, as the binding subresource does.
