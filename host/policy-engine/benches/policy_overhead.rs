@@ -777,6 +777,29 @@ fn summary(dir: &Path, since: SystemTime) {
             println!("  {line}");
         }
     }
+    let plain: Vec<String> = GROUPS
+        .iter()
+        .filter_map(|group| {
+            let median = |function| median_ns(dir, group, function, since);
+            let (wasm, plain) = (median("wasm")?, median("wasm-plain")?);
+            let floor = median("floor").map_or_else(
+                || "-".to_owned(),
+                |floor| format!("{:.2}x", plain / floor),
+            );
+            Some(format!(
+                "{group:<10} wasm {:>9.2} us   plain {:>9.2} us   wasm/plain {:>5.2}x   plain/floor {floor}",
+                wasm / 1e3,
+                plain / 1e3,
+                wasm / plain
+            ))
+        })
+        .collect();
+    if !plain.is_empty() {
+        println!("\nThe pre-initialised copy (wasm) against the plain component (wasm-plain):");
+        for line in plain {
+            println!("  {line}");
+        }
+    }
 }
 
 fn main() {
