@@ -720,6 +720,9 @@ impl LimitedEngine<'_> {
                 ),
             ));
         }
+        // The copy's code is the checked module's, re-encoded; checked again all the same, as
+        // everything that reaches the compiler is.
+        crate::structure::check(&image).map_err(|e| EvalError::new(Category::Link, e))?;
         let component =
             compile_apart(&engine.compile_config, &engine.engine, &image).map_err(link)?;
         let copy = engine.link(component, policy.digest.clone(), policy.size, Arc::from([]))?;
