@@ -44,6 +44,18 @@ fn main() {
         root.join("Cargo.lock").display()
     );
     println!("cargo:rerun-if-env-changed=CARGO_HOME");
+    // The nested build inherits these, and they change the guests' bytes (a profile with the
+    // symbol names kept is how the guests are profiled).
+    for setting in [
+        "OPT_LEVEL",
+        "STRIP",
+        "DEBUG",
+        "LTO",
+        "CODEGEN_UNITS",
+        "PANIC",
+    ] {
+        println!("cargo:rerun-if-env-changed=CARGO_PROFILE_GUEST_{setting}");
+    }
 
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);

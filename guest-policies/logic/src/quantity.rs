@@ -113,49 +113,34 @@ impl Quantity {
         // `1.000000000000000000000000000000000000000` from overflowing the coefficient.
         let frac_digits = frac_digits.trim_end_matches('0');
         let digits = int_digits.bytes().chain(frac_digits.bytes());
-        let mut coefficient: u128 = 0;
+        // value in nano-units = coefficient * 2^binary * 10^(exponent + 9 - fraction digits)
+        let power = decimal_exponent + 9 - frac_digits.len() as i64;
+        let sign = |magnitude: i128| if negative { -magnitude } else { magnitude };
         if int_digits.len() + frac_digits.len() <= 19 {
-            // Cannot overflow 64 bits, which are native in Wasm (see `canonical`).
-            coefficient = u128::from(digits.fold(0u64, |c, d| c * 10 + u64::from(d - b'0')));
-        } else {
-            for digit in digits {
-                coefficient = coefficient
-                    .checked_mul(10)
-                    .and_then(|c| c.checked_add(u128::from(digit - b'0')))
-                    .ok_or_else(|| fail("too many significant digits"))?;
+            // Up to 19 digits cannot overflow 64 bits, which are native in Wasm (see
+            // `canonical`); so is the rest of the arithmetic for every value below 18 G units
+            // (every cpu and most memory quantities). Larger values take the 128-bit path.
+            let coefficient = digits
+                .clone()
+                .fold(0u64, |c, d| c * 10 + u64::from(d - b'0'));
+            if let Some(magnitude) = nanos_u64(coefficient, binary_exponent, power) {
+                return Ok(Quantity {
+                    nanos: sign(i128::from(magnitude)),
+                    format,
+                });
             }
         }
-        coefficient = coefficient
-            .checked_mul(1u128 << binary_exponent)
-            .ok_or_else(|| fail("out of range"))?;
-
-        // value in nano-units = coefficient * 10^(exponent + 9 - fraction digits)
-        let power = decimal_exponent + 9 - frac_digits.len() as i64;
-        let magnitude = if coefficient == 0 {
-            0
-        } else if power >= 0 {
-            let factor = u32::try_from(power)
-                .ok()
-                .filter(|p| *p <= MAX_POW10)
-                .map(|p| 10u128.pow(p))
-                .ok_or_else(|| fail("out of range"))?;
-            coefficient
-                .checked_mul(factor)
-                .ok_or_else(|| fail("out of range"))?
-        } else {
-            // Finer than a nano-unit: round up, away from zero, as the API server does.
-            match u32::try_from(-power).ok().filter(|p| *p <= MAX_POW10) {
-                Some(p) => {
-                    let divisor = 10u128.pow(p);
-                    coefficient / divisor + u128::from(!coefficient.is_multiple_of(divisor))
-                }
-                // The divisor exceeds any coefficient: the value is below one nano-unit.
-                None => 1,
-            }
-        };
+        let mut coefficient: u128 = 0;
+        for digit in digits {
+            coefficient = coefficient
+                .checked_mul(10)
+                .and_then(|c| c.checked_add(u128::from(digit - b'0')))
+                .ok_or_else(|| fail("too many significant digits"))?;
+        }
+        let magnitude = nanos_u128(coefficient, binary_exponent, power).map_err(fail)?;
         let magnitude = i128::try_from(magnitude).map_err(|_| fail("out of range"))?;
         Ok(Quantity {
-            nanos: if negative { -magnitude } else { magnitude },
+            nanos: sign(magnitude),
             format,
         })
     }
@@ -198,13 +183,19 @@ impl Quantity {
         // compiler's runtime library, and a quantity is spelled for every handled resource of
         // every container. Whole values (all requirements in practice) are spelled from their
         // number of units, which fits in 64 bits for any quantity below 18 E.
-        let units = magnitude / NANOS_PER_UNIT;
-        let whole = units * NANOS_PER_UNIT == magnitude;
-        match (whole, u64::try_from(units), u64::try_from(magnitude)) {
-            (true, Ok(units), _) => spell(sign, units, 0, self.format),
-            (true, Err(_), _) => spell(sign, units, 0, self.format),
-            (false, _, Ok(nanos)) => spell(sign, nanos, -9, self.format),
-            (false, _, Err(_)) => spell(sign, magnitude, -9, self.format),
+        match u64::try_from(magnitude) {
+            Ok(nanos) if nanos.is_multiple_of(NANOS_PER_UNIT as u64) => {
+                spell(sign, nanos / NANOS_PER_UNIT as u64, 0, self.format)
+            }
+            Ok(nanos) => spell(sign, nanos, -9, self.format),
+            Err(_) if magnitude.is_multiple_of(NANOS_PER_UNIT) => {
+                let units = magnitude / NANOS_PER_UNIT;
+                match u64::try_from(units) {
+                    Ok(units) => spell(sign, units, 0, self.format),
+                    Err(_) => spell(sign, units, 0, self.format),
+                }
+            }
+            Err(_) => spell(sign, magnitude, -9, self.format),
         }
     }
 
@@ -249,7 +240,7 @@ pub fn min(a: Quantity, b: Quantity) -> Quantity {
 /// `format`'s family; `u64` or `u128` (see [`Quantity::canonical`]).
 fn spell<N>(sign: &str, mut mantissa: N, mut exponent: i32, format: Format) -> String
 where
-    N: Copy + PartialEq + PartialOrd + fmt::Display + From<u32>,
+    N: Copy + PartialEq + PartialOrd + itoa::Integer + From<u32>,
     N: std::ops::Rem<Output = N> + std::ops::Div<Output = N>,
 {
     let zero = N::from(0);
@@ -262,7 +253,7 @@ where
             mantissa = mantissa / kibi;
             power += 1;
         }
-        return format!("{sign}{mantissa}{}", BINARY_SUFFIXES[power]);
+        return spelled(sign, mantissa, BINARY_SUFFIXES[power], None);
     }
     // Decimal: raise the exponent in steps of three while the mantissa stays an integer. SI
     // suffixes stop at `E` (10^18); exponents do not.
@@ -275,11 +266,74 @@ where
         exponent += 3;
     }
     match format {
-        Format::DecimalExponent if exponent != 0 => format!("{sign}{mantissa}e{exponent}"),
-        Format::DecimalExponent => format!("{sign}{mantissa}"),
+        Format::DecimalExponent if exponent != 0 => spelled(sign, mantissa, "e", Some(exponent)),
+        Format::DecimalExponent => spelled(sign, mantissa, "", None),
         Format::BinarySi | Format::DecimalSi => {
-            format!("{sign}{mantissa}{}", decimal_suffix(exponent))
+            spelled(sign, mantissa, decimal_suffix(exponent), None)
         }
+    }
+}
+
+/// `sign mantissa suffix [exponent]` in one allocation, without the formatting machinery (a
+/// quantity is spelled for every handled resource of every container).
+fn spelled(
+    sign: &str,
+    mantissa: impl itoa::Integer,
+    suffix: &str,
+    exponent: Option<i32>,
+) -> String {
+    let mut digits = itoa::Buffer::new();
+    let mut exponent_digits = itoa::Buffer::new();
+    let mantissa = digits.format(mantissa);
+    let exponent = exponent.map_or("", |e| exponent_digits.format(e));
+    let mut out =
+        String::with_capacity(sign.len() + mantissa.len() + suffix.len() + exponent.len());
+    for part in [sign, mantissa, suffix, exponent] {
+        out.push_str(part);
+    }
+    out
+}
+
+/// `coefficient * 2^binary_exponent * 10^power` nano-units, rounded up (away from zero) when
+/// `power` is negative: the value [`Quantity::parse`] keeps, or what is wrong with it.
+fn nanos_u128(coefficient: u128, binary_exponent: u32, power: i64) -> Result<u128, &'static str> {
+    let coefficient = coefficient
+        .checked_mul(1u128 << binary_exponent)
+        .ok_or("out of range")?;
+    if coefficient == 0 {
+        Ok(0)
+    } else if power >= 0 {
+        let factor = u32::try_from(power)
+            .ok()
+            .filter(|p| *p <= MAX_POW10)
+            .map(|p| 10u128.pow(p))
+            .ok_or("out of range")?;
+        coefficient.checked_mul(factor).ok_or("out of range")
+    } else {
+        // Finer than a nano-unit: round up, away from zero, as the API server does.
+        match u32::try_from(-power).ok().filter(|p| *p <= MAX_POW10) {
+            Some(p) => {
+                let divisor = 10u128.pow(p);
+                Ok(coefficient / divisor + u128::from(!coefficient.is_multiple_of(divisor)))
+            }
+            // The divisor exceeds any coefficient: the value is below one nano-unit.
+            None => Ok(1),
+        }
+    }
+}
+
+/// [`nanos_u128`] in 64-bit arithmetic, native in Wasm; `None` when the value does not fit
+/// (the 128-bit path then decides).
+fn nanos_u64(coefficient: u64, binary_exponent: u32, power: i64) -> Option<u64> {
+    let scaled = coefficient.checked_mul(1u64.checked_shl(binary_exponent)?)?;
+    if scaled == 0 {
+        return Some(0);
+    }
+    if power >= 0 {
+        scaled.checked_mul(10u64.checked_pow(u32::try_from(power).ok()?)?)
+    } else {
+        let divisor = 10u64.checked_pow(u32::try_from(-power).ok()?)?;
+        Some(scaled / divisor + u64::from(!scaled.is_multiple_of(divisor)))
     }
 }
 
@@ -380,6 +434,51 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_64_bit_path_agrees_with_the_128_bit_path_wherever_it_answers() {
+        let coefficients = [
+            0,
+            1,
+            7,
+            999,
+            1000,
+            1024,
+            123_456_789,
+            u64::from(u32::MAX),
+            9_999_999_999_999_999_999,
+            u64::MAX / 3,
+            u64::MAX,
+        ];
+        let mut answered = 0;
+        for coefficient in coefficients {
+            for binary_exponent in [0, 10, 20, 30, 40, 50, 60] {
+                for power in -45..=45 {
+                    let wide = nanos_u128(u128::from(coefficient), binary_exponent, power);
+                    if let Some(narrow) = nanos_u64(coefficient, binary_exponent, power) {
+                        answered += 1;
+                        assert_eq!(
+                            Ok(u128::from(narrow)),
+                            wide,
+                            "{coefficient} * 2^{binary_exponent} * 10^{power}"
+                        );
+                    } else {
+                        // Declined only where the value, the scaled coefficient or the power of
+                        // ten does not fit in 64 bits.
+                        let scaled = u128::from(coefficient) << binary_exponent;
+                        assert!(
+                            wide.is_err()
+                                || wide.is_ok_and(|w| w > u128::from(u64::MAX))
+                                || scaled > u128::from(u64::MAX)
+                                || power.abs() > 19,
+                            "{coefficient} * 2^{binary_exponent} * 10^{power}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(answered > 1000, "{answered}");
     }
 
     #[test]

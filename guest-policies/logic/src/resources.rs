@@ -145,28 +145,62 @@ fn check_settings_quantity(
     }
 }
 
-impl ResourceSettings {
-    /// A settings quantity (`defaults.requests` or `limits`) for `resource`; zero counts as
-    /// unset, as upstream.
-    fn setting(
-        &self,
-        list: &BTreeMap<String, String>,
-        prefix: &str,
-        resource: &str,
-    ) -> Result<Option<Quantity>, String> {
-        list.get(resource)
-            .map(|v| {
-                check_settings_quantity(|| format!("settings {}", key_path(prefix, resource)), v)
-            })
-            .transpose()
-            .map(|q| q.filter(|q| !q.is_zero()))
+/// [`ResourceSettings`] with every quantity parsed: what a call applies. Built once per settings
+/// document (the guest keeps it between calls, see `tfjob_policy_sdk::settings::cached_as`), so
+/// a call parses only the container's own quantities. The fields are private: the parsed
+/// values cannot drift from the document they were parsed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceRules {
+    gpu_resource_name: String,
+    /// `defaults.requests`, zeros left out (zero counts as unset, as upstream).
+    default_requests: BTreeMap<String, Quantity>,
+    /// `limits`, zeros left out (a zero cap means no cap).
+    caps: BTreeMap<String, Quantity>,
+}
+
+impl TryFrom<ResourceSettings> for ResourceRules {
+    type Error = String;
+
+    /// Validates `settings` (the error names the field, as [`PolicySettings::validate`]) and
+    /// parses its quantities.
+    fn try_from(settings: ResourceSettings) -> Result<ResourceRules, String> {
+        settings.validate()?;
+        let parsed = |list: &BTreeMap<String, String>, prefix: &str| {
+            list.iter()
+                .map(|(name, value)| {
+                    check_settings_quantity(|| key_path(prefix, name), value)
+                        .map(|q| (name.clone(), q))
+                })
+                .filter(|q| !matches!(q, Ok((_, q)) if q.is_zero()))
+                .collect::<Result<BTreeMap<_, _>, String>>()
+        };
+        Ok(ResourceRules {
+            default_requests: parsed(&settings.defaults.requests, "defaults.requests")?,
+            caps: parsed(&settings.limits, "limits")?,
+            gpu_resource_name: settings.gpu_resource_name,
+        })
+    }
+}
+
+impl Default for ResourceRules {
+    /// The rules of the default settings.
+    fn default() -> Self {
+        ResourceRules::try_from(ResourceSettings::default())
+            .expect("the built-in resource settings are valid")
+    }
+}
+
+impl ResourceRules {
+    /// The extended resource `gpu` is renamed to.
+    pub fn gpu_resource_name(&self) -> &str {
+        &self.gpu_resource_name
     }
 }
 
 /// Applies the overrides to the requirements of container `container_name`. An unparsable
 /// quantity is an error naming the container and the resource.
 pub fn override_resources(
-    settings: &ResourceSettings,
+    rules: &ResourceRules,
     container_name: &str,
     resources: ResourceRequirements,
 ) -> Result<ResourceRequirements, String> {
@@ -177,7 +211,7 @@ pub fn override_resources(
     } = resources;
     let mut requests = requests.unwrap_or_default();
     let mut limits = limits.unwrap_or_default();
-    let gpu = settings.gpu_resource_name.as_str();
+    let gpu = rules.gpu_resource_name.as_str();
 
     // Rule 1: rename `gpu`.
     let mut gpu_present = requests.contains_key(gpu) || limits.contains_key(gpu);
@@ -214,9 +248,8 @@ pub fn override_resources(
         };
         let request = parse(&requests, "requests")?;
         let limit = parse(&limits, "limits")?;
-        let default =
-            settings.setting(&settings.defaults.requests, "defaults.requests", resource)?;
-        let cap = settings.setting(&settings.limits, "limits", resource)?;
+        let default = rules.default_requests.get(resource).copied();
+        let cap = rules.caps.get(resource).copied();
 
         // Rules 2 and 3.
         let request = request.or(limit).or(default);
@@ -256,8 +289,8 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn apply(settings: &ResourceSettings, value: serde_json::Value) -> serde_json::Value {
-        let out = override_resources(settings, "tensorflow", reqs(value)).unwrap();
+    fn apply(rules: &ResourceRules, value: serde_json::Value) -> serde_json::Value {
+        let out = override_resources(rules, "tensorflow", reqs(value)).unwrap();
         serde_json::to_value(out).unwrap()
     }
 
@@ -265,9 +298,13 @@ mod tests {
         settings_from_json(&value.to_string()).unwrap()
     }
 
+    fn rules(value: serde_json::Value) -> ResourceRules {
+        ResourceRules::try_from(settings(value)).unwrap()
+    }
+
     #[test]
     fn empty_requirements_get_the_default_requests_and_equal_limits() {
-        let out = apply(&ResourceSettings::default(), json!({}));
+        let out = apply(&ResourceRules::default(), json!({}));
         assert_eq!(
             out,
             json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}})
@@ -277,7 +314,7 @@ mod tests {
     #[test]
     fn missing_request_takes_the_limit_and_missing_limit_the_request() {
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"limits": {"cpu": "2"}, "requests": {"memory": "512Mi"}}),
         );
         assert_eq!(out["requests"], json!({"cpu": "2", "memory": "512Mi"}));
@@ -286,25 +323,22 @@ mod tests {
 
     #[test]
     fn gpu_is_renamed_and_handled_only_when_present() {
-        let out = apply(
-            &ResourceSettings::default(),
-            json!({"limits": {"gpu": "1"}}),
-        );
+        let out = apply(&ResourceRules::default(), json!({"limits": {"gpu": "1"}}));
         assert_eq!(out["requests"]["nvidia.com/gpu"], "1");
         assert_eq!(out["limits"]["nvidia.com/gpu"], "1");
         assert!(out["limits"].get("gpu").is_none());
         assert!(out["requests"].get("gpu").is_none());
-        let out = apply(&ResourceSettings::default(), json!({}));
+        let out = apply(&ResourceRules::default(), json!({}));
         assert!(out["limits"].get("nvidia.com/gpu").is_none());
         // `gpu` wins over the full name, as upstream.
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"requests": {"gpu": "2", "nvidia.com/gpu": "1"}}),
         );
         assert_eq!(out["requests"]["nvidia.com/gpu"], "2");
         // A custom GPU resource name.
         let out = apply(
-            &settings(json!({"gpuResourceName": "amd.com/gpu"})),
+            &rules(json!({"gpuResourceName": "amd.com/gpu"})),
             json!({"requests": {"gpu": "1"}}),
         );
         assert_eq!(out["limits"]["amd.com/gpu"], "1");
@@ -312,10 +346,10 @@ mod tests {
 
     #[test]
     fn ephemeral_storage_only_when_present() {
-        let out = apply(&ResourceSettings::default(), json!({}));
+        let out = apply(&ResourceRules::default(), json!({}));
         assert!(out["limits"].get(EPHEMERAL_STORAGE).is_none());
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"limits": {"ephemeral-storage": "10240Mi"}}),
         );
         assert_eq!(out["requests"][EPHEMERAL_STORAGE], "10Gi");
@@ -324,8 +358,7 @@ mod tests {
 
     #[test]
     fn platform_caps_apply_to_both_then_request_is_at_most_limit() {
-        let caps =
-            settings(json!({"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}}));
+        let caps = rules(json!({"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}}));
         let out = apply(
             &caps,
             json!({"requests": {"cpu": "6", "memory": "16Gi", "gpu": "4"}, "limits": {"cpu": "8"}}),
@@ -340,19 +373,19 @@ mod tests {
         );
         // Request above the container's own limit is lowered to it.
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"requests": {"cpu": "3"}, "limits": {"cpu": "2500m"}}),
         );
         assert_eq!(out["requests"]["cpu"], "2500m");
         // The default request is capped too.
-        let out = apply(&settings(json!({"limits": {"memory": "512Mi"}})), json!({}));
+        let out = apply(&rules(json!({"limits": {"memory": "512Mi"}})), json!({}));
         assert_eq!(out["requests"]["memory"], "512Mi");
     }
 
     #[test]
     fn comparisons_are_exact_and_output_canonical() {
         let out = apply(
-            &settings(json!({"limits": {"memory": "1G"}})),
+            &rules(json!({"limits": {"memory": "1G"}})),
             json!({"requests": {"memory": "1Gi", "cpu": "0.5"}}),
         );
         // 1Gi > 1G, so the cap applies; 0.5 is spelled 500m.
@@ -364,13 +397,13 @@ mod tests {
     #[test]
     fn zero_counts_as_unset() {
         let out = apply(
-            &settings(json!({"limits": {"cpu": "0"}})),
+            &rules(json!({"limits": {"cpu": "0"}})),
             json!({"requests": {"cpu": "0"}, "limits": {"cpu": "3"}}),
         );
         assert_eq!(out["requests"]["cpu"], "3");
         assert_eq!(out["limits"]["cpu"], "3");
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"limits": {"nvidia.com/gpu": "0"}}),
         );
         assert_eq!(out["requests"]["nvidia.com/gpu"], "0");
@@ -380,7 +413,7 @@ mod tests {
     #[test]
     fn other_resources_and_claims_pass_through() {
         let out = apply(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             json!({"limits": {"hugepages-2Mi": "2048Ki"}, "claims": [{"name": "gpu-claim"}]}),
         );
         assert_eq!(out["limits"]["hugepages-2Mi"], "2048Ki");
@@ -391,7 +424,7 @@ mod tests {
     #[test]
     fn unparsable_quantities_name_container_and_resource() {
         let err = override_resources(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             "tensorflow",
             reqs(json!({"limits": {"nvidia.com/gpu": "one"}})),
         )
@@ -401,7 +434,7 @@ mod tests {
             "container \"tensorflow\": resources.limits[\"nvidia.com/gpu\"]: invalid quantity \"one\": expected a number"
         );
         let err = override_resources(
-            &ResourceSettings::default(),
+            &ResourceRules::default(),
             "ps",
             reqs(json!({"requests": {"cpu": "1 core"}})),
         )
@@ -412,6 +445,23 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rules_refuse_what_validation_refuses() {
+        for bad in [
+            json!({"limits": {"cpu": "lots"}}),
+            json!({"defaults": {"requests": {"memory": "-1Gi"}}}),
+            json!({"gpuResourceName": "cpu"}),
+        ] {
+            let bad: ResourceSettings = serde_json::from_value(bad).unwrap();
+            assert_eq!(
+                ResourceRules::try_from(bad.clone()).unwrap_err(),
+                bad.validate().unwrap_err()
+            );
+        }
+        let custom = rules(json!({"gpuResourceName": "amd.com/gpu"}));
+        assert_eq!(custom.gpu_resource_name(), "amd.com/gpu");
     }
 
     #[test]

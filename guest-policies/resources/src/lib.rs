@@ -3,11 +3,12 @@
 //!
 //! The decisions live in `tfjob_policy_logic::resources`, shared with the operator's native
 //! reference; this crate decodes the settings and one container's requirements, applies the
-//! overrides and encodes the result. An unparsable quantity in the requirements is
+//! overrides and encodes the result. The settings are kept as `ResourceRules`, their quantities
+//! parsed once per document. An unparsable quantity in the requirements is
 //! `invalid-input` naming the container and the resource. Settings are `ResourceSettings` (see
 //! `guest-policies/README.md`); `{}` or an empty document mean the defaults.
 
-use tfjob_policy_sdk::logic::resources::{ResourceSettings, override_resources};
+use tfjob_policy_sdk::logic::resources::{ResourceRules, ResourceSettings, override_resources};
 use tfjob_policy_sdk::wit::{JobContext, PolicyError};
 use tfjob_policy_sdk::{convert, settings};
 
@@ -18,7 +19,7 @@ tfjob_policy_sdk::export_policy!(world: "resource-policy", path: "../../wit", po
 
 impl bindings::exports::tfjob::policy::settings::Guest for DefaultResources {
     fn validate_settings(settings: String) -> Result<(), String> {
-        settings::validate::<ResourceSettings>(&settings)
+        settings::validate_as::<ResourceSettings, ResourceRules>(&settings)
     }
 }
 
@@ -29,9 +30,9 @@ impl bindings::exports::tfjob::policy::resources::Guest for DefaultResources {
         container_name: String,
         resources: String,
     ) -> Result<String, PolicyError> {
-        let settings = settings::cached::<ResourceSettings>(&settings)?;
+        let rules = settings::cached_as::<ResourceSettings, ResourceRules>(&settings)?;
         let resources = convert::resources_from_json(&resources)?;
-        let resources = override_resources(&settings, &container_name, resources)
+        let resources = override_resources(&rules, &container_name, resources)
             .map_err(PolicyError::InvalidInput)?;
         convert::resources_to_json(&resources)
     }

@@ -43,7 +43,7 @@ use tfjob_policy_logic::classify_settings::ClassifySettingsDoc;
 use tfjob_policy_logic::context::{INTERRUPTIBLE_ANNOTATION, JobContext};
 use tfjob_policy_logic::decorate::{DecorateSettings, decorate_pod};
 use tfjob_policy_logic::json::from_json;
-use tfjob_policy_logic::resources::{ResourceSettings, override_resources};
+use tfjob_policy_logic::resources::{ResourceRules, ResourceSettings, override_resources};
 use tfjob_policy_logic::settings::settings_from_json;
 
 const GROUPS: [&str; 3] = ["decorate", "resources", "classify"];
@@ -399,8 +399,9 @@ fn native_decorate(ctx: &JobContext, settings: &str, pod: &str) -> String {
 
 fn native_resources(settings: &str, container: &str, resources: &str) -> String {
     let settings: ResourceSettings = settings_from_json(settings).expect("settings");
+    let rules = ResourceRules::try_from(settings).expect("settings");
     let resources: ResourceRequirements = from_json("resources", resources).expect("resources");
-    let resources = override_resources(&settings, container, resources).expect("resources");
+    let resources = override_resources(&rules, container, resources).expect("resources");
     serde_json::to_string(&resources).expect("encode")
 }
 

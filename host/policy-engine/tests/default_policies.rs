@@ -33,7 +33,7 @@ use tfjob_policy_logic::classify::classify_pod;
 use tfjob_policy_logic::classify_settings::ClassifySettingsDoc;
 use tfjob_policy_logic::context::JobContext as LogicContext;
 use tfjob_policy_logic::decorate::{DecorateSettings, decorate_pod};
-use tfjob_policy_logic::resources::{ResourceSettings, override_resources};
+use tfjob_policy_logic::resources::{ResourceRules, ResourceSettings, override_resources};
 use tfjob_policy_logic::settings::settings_from_json;
 
 /// One engine for the whole file. Its deadline is generous: these tests check what the policies
@@ -671,8 +671,9 @@ fn resources(settings: &str, container: &str, requirements: Value) -> Value {
         wasm_resources(settings, container, requirements.clone()).unwrap_or_else(|e| panic!("{e}"));
     let native_settings: ResourceSettings =
         settings_from_json(settings).unwrap_or_else(|e| panic!("{e}"));
+    let rules = ResourceRules::try_from(native_settings).unwrap_or_else(|e| panic!("{e}"));
     let parsed: ResourceRequirements = serde_json::from_value(requirements).unwrap();
-    let native = override_resources(&native_settings, container, parsed).unwrap();
+    let native = override_resources(&rules, container, parsed).unwrap();
     assert_eq!(
         wasm,
         serde_json::to_value(native).unwrap(),
