@@ -101,6 +101,15 @@ fn merge_over_builtin_requests<'de, D: Deserializer<'de>>(
 
 impl PolicySettings for ResourceSettings {
     fn validate(&self) -> Result<(), String> {
+        self.checked().map(|_| ())
+    }
+}
+
+impl ResourceSettings {
+    /// Validates the settings and returns their quantities, parsed: `defaults.requests` and
+    /// `limits`, zeros left out (zero counts as unset, and a zero cap means no cap, as
+    /// upstream). The error names the field.
+    fn checked(&self) -> Result<(Quantities, Quantities), String> {
         let gpu = self.gpu_resource_name.as_str();
         check_qualified_name(gpu).map_err(|e| format!("gpuResourceName: {e}"))?;
         if [CPU, MEMORY, EPHEMERAL_STORAGE, GPU_ALIAS].contains(&gpu) {
@@ -108,7 +117,8 @@ impl PolicySettings for ResourceSettings {
                 "gpuResourceName: {gpu:?} is not an extended resource name"
             ));
         }
-        // Field names are spelt out only for an error: every hook call validates its settings.
+        // Field names are spelt out only for an error.
+        let mut default_requests = Quantities::new();
         for (name, value) in &self.defaults.requests {
             let field = || key_path("defaults.requests", name);
             if name != CPU && name != MEMORY {
@@ -117,8 +127,13 @@ impl PolicySettings for ResourceSettings {
                     field()
                 ));
             }
-            check_settings_quantity(field, value)?;
+            keep_nonzero(
+                &mut default_requests,
+                name,
+                check_settings_quantity(field, value)?,
+            );
         }
+        let mut caps = Quantities::new();
         for (name, value) in &self.limits {
             let field = || key_path("limits", name);
             if ![CPU, MEMORY, EPHEMERAL_STORAGE, gpu].contains(&name.as_str()) {
@@ -127,9 +142,18 @@ impl PolicySettings for ResourceSettings {
                     field()
                 ));
             }
-            check_settings_quantity(field, value)?;
+            keep_nonzero(&mut caps, name, check_settings_quantity(field, value)?);
         }
-        Ok(())
+        Ok((default_requests, caps))
+    }
+}
+
+/// Parsed settings quantities by resource name.
+type Quantities = BTreeMap<String, Quantity>;
+
+fn keep_nonzero(quantities: &mut Quantities, name: &str, quantity: Quantity) {
+    if !quantity.is_zero() {
+        quantities.insert(name.to_owned(), quantity);
     }
 }
 
@@ -152,32 +176,23 @@ fn check_settings_quantity(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceRules {
     gpu_resource_name: String,
-    /// `defaults.requests`, zeros left out (zero counts as unset, as upstream).
-    default_requests: BTreeMap<String, Quantity>,
-    /// `limits`, zeros left out (a zero cap means no cap).
-    caps: BTreeMap<String, Quantity>,
+    /// `defaults.requests`, zeros left out (see [`ResourceSettings::checked`]).
+    default_requests: Quantities,
+    /// `limits`, zeros left out.
+    caps: Quantities,
 }
 
 impl TryFrom<ResourceSettings> for ResourceRules {
     type Error = String;
 
     /// Validates `settings` (the error names the field, as [`PolicySettings::validate`]) and
-    /// parses its quantities.
+    /// keeps its quantities parsed.
     fn try_from(settings: ResourceSettings) -> Result<ResourceRules, String> {
-        settings.validate()?;
-        let parsed = |list: &BTreeMap<String, String>, prefix: &str| {
-            list.iter()
-                .map(|(name, value)| {
-                    check_settings_quantity(|| key_path(prefix, name), value)
-                        .map(|q| (name.clone(), q))
-                })
-                .filter(|q| !matches!(q, Ok((_, q)) if q.is_zero()))
-                .collect::<Result<BTreeMap<_, _>, String>>()
-        };
+        let (default_requests, caps) = settings.checked()?;
         Ok(ResourceRules {
-            default_requests: parsed(&settings.defaults.requests, "defaults.requests")?,
-            caps: parsed(&settings.limits, "limits")?,
             gpu_resource_name: settings.gpu_resource_name,
+            default_requests,
+            caps,
         })
     }
 }
