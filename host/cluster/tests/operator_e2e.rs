@@ -51,6 +51,7 @@ async fn start() -> Env {
     let config = tfjob_controller::Config {
         namespace: None,
         threads: 2,
+        per_namespace: None,
         metrics_addr: None,
         probe_addr: None,
         stall_after: tfjob_controller::STALL_AFTER,

@@ -1,5 +1,6 @@
 //! Shared state of the reconcile loop: API client, caches of owned pods and services, event
-//! recorder, metrics, policies, the gang-scheduling caches, and the per-job error backoff.
+//! recorder, metrics, policies, the gang-scheduling caches, the reconcile seats, and the
+//! per-job error backoff.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::Client;
 use kube::Resource;
+use kube::core::error_boundary::DeserializeGuard;
 use kube::runtime::events::{Event, EventType as KubeEventType};
+use kube::runtime::reflector::Store;
+use tfjob_api::TFJob;
 use tfjob_planner::{EventType, JobEvent, PodPolicies, Settings};
 
 use crate::backoff::backoff_for;
@@ -20,6 +24,11 @@ use crate::metrics::Metrics;
 use crate::owner_index::OwnedCache;
 use crate::progress::Progress;
 use crate::recent::{BELIEVE_FOR, RecentlyCreated};
+use crate::seats::{SeatLimits, Seats};
+
+/// Seats of a context built without a controller's configuration: the operator's default
+/// `--controller-threads`.
+const DEFAULT_SEATS: u16 = 4;
 
 /// Once-keys remembered before the set is cleared (bounds memory on long runs).
 const MAX_ONCE_KEYS: usize = 100_000;
@@ -45,6 +54,12 @@ pub struct Context {
     pub gang: Option<GangCaches>,
     /// Whether this instance leads; a standby reconciles nothing.
     pub leadership: Leadership,
+    /// The seats every reconcile takes before it runs, shared fairly among namespaces.
+    pub seats: Seats,
+    /// The jobs' cache, to read a job afresh once its reconcile has a seat (it may have waited
+    /// for one); none in contexts built without a controller, which reconcile what they are
+    /// given.
+    pub jobs: Option<Store<DeserializeGuard<TFJob>>>,
 }
 
 impl Context {
@@ -72,7 +87,21 @@ impl Context {
             progress: Arc::default(),
             gang: None,
             leadership: Leadership::always(),
+            seats: Seats::new(SeatLimits::new(DEFAULT_SEATS)),
+            jobs: None,
         }
+    }
+
+    /// The same context, reconciles taking these seats.
+    pub fn with_seats(mut self, seats: Seats) -> Context {
+        self.seats = seats;
+        self
+    }
+
+    /// The same context, reading jobs afresh from this cache once seated.
+    pub fn with_jobs(mut self, jobs: Store<DeserializeGuard<TFJob>>) -> Context {
+        self.jobs = Some(jobs);
+        self
     }
 
     /// The same context, reconciling only while `leadership` says this instance leads.

@@ -26,6 +26,7 @@ pub mod progress;
 pub mod recent;
 pub mod reconcile;
 pub mod runtime_metrics;
+pub mod seats;
 pub mod workqueue;
 
 use std::net::SocketAddr;
@@ -69,6 +70,9 @@ pub struct Config {
     pub namespace: Option<String>,
     /// Concurrent reconciles.
     pub threads: u16,
+    /// Concurrent reconciles of one namespace's jobs [default: three in four of `threads`,
+    /// see [`seats::SeatLimits::new`]].
+    pub per_namespace: Option<u16>,
     /// Address of `/metrics`, `/healthz`, `/readyz`; `None` serves nothing.
     pub metrics_addr: Option<SocketAddr>,
     /// Address of `/healthz` and `/readyz` alone (`--health-probe-bind-address`).
@@ -119,6 +123,14 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
 
+    // What `Controller::new` builds, with every trigger stream passing the work queue metrics.
+    let (job_reader, job_writer) = reflector::store();
+    let mut seat_limits = seats::SeatLimits::new(config.threads);
+    if let Some(n) = config.per_namespace {
+        seat_limits = seat_limits.per_namespace(n);
+    }
+    let seats = seats::Seats::new(seat_limits);
+
     let mut registry = config.metrics;
     let metrics = metrics::Metrics::register(&mut registry);
     metrics.runtime.set_max_concurrent(config.threads);
@@ -143,7 +155,9 @@ pub async fn run(
         config.settings,
         config.policies,
     )
-    .with_leadership(config.leadership.clone());
+    .with_leadership(config.leadership.clone())
+    .with_jobs(job_reader.clone())
+    .with_seats(seats);
     let mut group_trigger = None;
     if let Some((caches, stream)) = gang {
         group_trigger = Some((stream, caches.resource.clone()));
@@ -172,8 +186,6 @@ pub async fn run(
         )));
     }
 
-    // What `Controller::new` builds, with every trigger stream passing the work queue metrics.
-    let (job_reader, job_writer) = reflector::store();
     // kube-runtime's `Store::wait_until_ready` wakes only the task that polled it last (every
     // clone shares one oneshot receiver), and the controller waits on the job store itself: a
     // second task waiting there may never be woken, and readiness hung that way in one start
@@ -199,7 +211,9 @@ pub async fn run(
     let controller = controller
         // A new leader looks at every job: the standby skipped the events it saw.
         .reconcile_all_on(config.leadership.gains())
-        .with_config(ControllerConfig::default().concurrency(config.threads))
+        // Unbounded here: the seats bound the reconciles that run, fairly among namespaces; a
+        // request waiting for a seat still counts as running for its job.
+        .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone());
     // Readiness: every cache has been filled once. Nothing but this task waits on the pod,
     // service and gang caches.
@@ -224,7 +238,8 @@ pub async fn run(
     }
     tracing::info!(
         namespace = config.namespace.as_deref().unwrap_or("<all>"),
-        threads = config.threads,
+        threads = seat_limits.total,
+        per_namespace = seat_limits.per_namespace,
         "starting TFJob controller"
     );
     controller

@@ -1,5 +1,6 @@
-//! One reconcile: read the job's owned pods and services from the caches, run the pure planner
-//! off the async worker threads, execute the plan; and the error policy with per-job backoff.
+//! One reconcile: take a seat (see [`crate::seats`]), read the job's owned pods and services from
+//! the caches, run the pure planner off the async worker threads, execute the plan; and the
+//! error policy with per-job backoff.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::core::error_boundary::{DeserializeGuard, InvalidObject};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use tfjob_api::TFJob;
 use tfjob_planner::call_watch::CallWatch;
 use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
@@ -18,18 +20,35 @@ use crate::execute::{CONFLICT_RETRY, Executed, execute, job_reference};
 use crate::outcome::Outcome;
 use crate::workqueue::QueueKey;
 
-/// Reconciles one TFJob (or reports one that cannot be read).
+/// Reconciles one TFJob (or reports one that cannot be read), once it has a seat.
 pub async fn reconcile(
     guard: Arc<DeserializeGuard<TFJob>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let worker = ctx
-        .metrics
-        .worker(QueueKey::of(kube::Resource::meta(&*guard)));
+    let key = QueueKey::of(kube::Resource::meta(&*guard));
     if !ctx.leadership.is_leading() {
         // A standby: the leader handles the job, and this instance reconciles every job when
         // it takes over. The request leaves the work queue (the worker dropped unfinished)
         // without counting as a reconcile.
+        let _worker = ctx.metrics.worker(key);
+        return Ok(Action::await_change());
+    }
+    let _seat = ctx
+        .seats
+        .take(key.namespace.as_deref().unwrap_or_default())
+        .await;
+    // The request waited in the queue until now: its worker starts here.
+    let worker = ctx.metrics.worker(key);
+    // The wait may have been long: reconcile the job as it is now, or not at all if it is gone
+    // (its pods and services go with it by their owner references).
+    let guard = match &ctx.jobs {
+        Some(jobs) => match jobs.get(&ObjectRef::from_obj(&*guard)) {
+            Some(fresh) => fresh,
+            None => return Ok(Action::await_change()),
+        },
+        None => guard,
+    };
+    if !ctx.leadership.is_leading() {
         return Ok(Action::await_change());
     }
     let started = Instant::now();

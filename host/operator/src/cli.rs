@@ -82,6 +82,11 @@ pub struct RunArgs {
     /// Concurrent reconciles (never two for the same job).
     #[arg(long, visible_alias = "controller-threads", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
+    /// Concurrent reconciles of one namespace's jobs, so that a namespace with many jobs or
+    /// slow reconciles cannot hold every thread; waiting namespaces are served round robin
+    /// [default: three in four of the threads, rounded up].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_reconciles_per_namespace: Option<u16>,
     /// Address of the /metrics endpoint (which also answers /healthz and /readyz): HOST:PORT,
     /// :PORT for every interface, or 0 for none.
     #[arg(long = "metrics-bind-address", visible_alias = "metrics-addr", default_value = "0.0.0.0:8080", value_name = "ADDR", value_parser = bind_address)]

@@ -44,6 +44,8 @@ pub struct ClusterOptions {
     pub kubelet: KubeletConfig,
     /// Concurrent reconciles of the operator.
     pub threads: u16,
+    /// Concurrent reconciles of one namespace's jobs [default: the operator's].
+    pub reconciles_per_namespace: Option<u16>,
     /// The operator's built-in policies and engine.
     pub policies: Arc<Policies>,
     /// Namespaces whose labelled ConfigMaps are policies (empty: none).
@@ -77,6 +79,7 @@ impl ClusterOptions {
             state: None,
             kubelet: KubeletConfig::default(),
             threads: 4,
+            reconciles_per_namespace: None,
             policies,
             policy_namespaces: vec!["tfjob-system".to_owned()],
             cluster_policy_namespaces: BTreeSet::new(),
@@ -164,6 +167,7 @@ pub struct EmbeddedCluster {
     server: RunningServer,
     operator: Option<Operator>,
     threads: u16,
+    reconciles_per_namespace: Option<u16>,
     policies: Arc<Policies>,
     policy_namespaces: Vec<String>,
     cluster_policy_namespaces: BTreeSet<String>,
@@ -234,6 +238,7 @@ impl EmbeddedCluster {
             server,
             operator: None,
             threads: options.threads,
+            reconciles_per_namespace: options.reconciles_per_namespace,
             policies: options.policies,
             policy_namespaces: options.policy_namespaces,
             cluster_policy_namespaces: options.cluster_policy_namespaces,
@@ -408,6 +413,7 @@ impl EmbeddedCluster {
         let (stop, mut stopped) = watch::channel(false);
         let config = OperatorConfig {
             threads: self.threads,
+            reconciles_per_namespace: self.reconciles_per_namespace,
             instance: Some("embedded".into()),
             policy_namespaces: self.policy_namespaces.clone(),
             cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),

@@ -34,6 +34,8 @@ pub struct OperatorConfig {
     /// Watch one namespace for TFJobs, or all.
     pub namespace: Option<String>,
     pub threads: u16,
+    /// Reconciles of one namespace's jobs at once [default: three in four of `threads`].
+    pub reconciles_per_namespace: Option<u16>,
     pub metrics_addr: Option<SocketAddr>,
     /// Address of the `/healthz` and `/readyz` probes alone.
     pub probe_addr: Option<SocketAddr>,
@@ -240,6 +242,7 @@ async fn serve(
     let controller = tfjob_controller::Config {
         namespace: config.namespace,
         threads: config.threads,
+        per_namespace: config.reconciles_per_namespace,
         metrics_addr: config.metrics_addr,
         probe_addr: config.probe_addr,
         stall_after: config.stall_after.unwrap_or(tfjob_controller::STALL_AFTER),

@@ -62,6 +62,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = OperatorConfig {
         namespace: args.watched_namespace(),
         threads: args.threads,
+        reconciles_per_namespace: args.max_reconciles_per_namespace,
         metrics_addr: args.metrics_addr.0,
         probe_addr: args.health_probe_bind_address.0,
         settings: Settings {

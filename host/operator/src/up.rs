@@ -41,6 +41,10 @@ pub struct UpArgs {
     /// Concurrent reconciles of the operator.
     #[arg(long, default_value_t = 4)]
     pub threads: u16,
+    /// Concurrent reconciles of one namespace's jobs [default: three in four of the threads,
+    /// rounded up].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_reconciles_per_namespace: Option<u16>,
     /// Simulated nodes.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
     pub nodes: u16,
@@ -133,6 +137,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         threads: args.threads,
+        reconciles_per_namespace: args.max_reconciles_per_namespace,
         policies: Arc::new(policies),
         policy_namespaces: args.sources.namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
