@@ -397,7 +397,7 @@ pub(crate) fn run_hook(
     ctx: &tfjob_policy_engine::bindings::JobContext,
     input: HookInput<'_>,
 ) -> Result<HookOutput, EvalError> {
-    let limited: LimitedEngine<'_> = engine.limited(policy.limits);
+    let limited: LimitedEngine<'_> = engine.limited(policy.limits.clone());
     let (compiled, name, settings) = (&policy.compiled, policy.name(), &policy.settings);
     match input {
         HookInput::Decorate(pod) => {

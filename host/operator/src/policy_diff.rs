@@ -439,7 +439,7 @@ fn clone_active(p: &ActivePolicy) -> ActivePolicy {
         manifest: p.manifest.clone(),
         settings: p.settings.clone(),
         allowed: p.allowed.clone(),
-        limits: p.limits,
+        limits: p.limits.clone(),
         compiled: Arc::clone(&p.compiled),
     }
 }

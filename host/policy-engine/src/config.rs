@@ -1,5 +1,6 @@
 //! Limits of the sandbox, with the defaults the operator runs with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::capabilities::Capabilities;
@@ -23,6 +24,9 @@ pub struct SandboxLimits {
     pub max_module: usize,
     /// Evaluations that may run at once (sizes the pooling allocator).
     pub concurrency: u32,
+    /// What the policies of one policy namespace (a tenant) may hold at once; cluster-wide
+    /// policies are held to the engine's limits alone.
+    pub tenant: TenantLimits,
     /// The most any policy may be granted (see [`crate::capabilities`]).
     pub ceiling: Capabilities,
 }
@@ -40,7 +44,34 @@ impl Default for SandboxLimits {
             max_log: 16 << 10,
             max_module: 4 << 20,
             concurrency: 16,
+            tenant: TenantLimits::default(),
             ceiling: default_ceiling(),
+        }
+    }
+}
+
+/// The share of the engine one policy namespace's policies get, so that a team whose policies
+/// loop, or fill their memory, slows its own jobs and not the others'.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantLimits {
+    /// Calls of one namespace's policies running at once; more wait for one of them to end.
+    pub concurrency: u32,
+    /// Linear memory one namespace's calls running at once may hold together.
+    pub memory: usize,
+    /// Linear memory of the engine's budget that namespaced policies together may never take:
+    /// the cluster-wide policies' reserve, which every namespace's jobs run.
+    pub cluster_reserve: usize,
+}
+
+impl Default for TenantLimits {
+    /// Half the machine's cores (at least one) and one call's memory cap per namespace, and a
+    /// quarter of the memory budget kept for cluster-wide policies.
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        TenantLimits {
+            concurrency: u32::try_from(cores / 2).unwrap_or(u32::MAX).max(1),
+            memory: 64 << 20,
+            cluster_reserve: 64 << 20,
         }
     }
 }
@@ -58,13 +89,16 @@ pub fn default_ceiling() -> Capabilities {
 pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// The limits of one call into a guest: the engine's maximum, or a policy's own smaller ones
-/// (`deadlineMs`, `memoryMib` in its manifest).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// (`deadlineMs`, `memoryMib` in its manifest), and whose share of the engine it draws on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallLimits {
     /// Wall-clock budget of the call.
     pub deadline: Duration,
     /// Linear memory the guest may hold in total, across its memories.
     pub memory: usize,
+    /// The policy namespace whose share ([`TenantLimits`]) the call counts against; `None`
+    /// for cluster-wide policies and the operator's own.
+    pub tenant: Option<Arc<str>>,
 }
 
 /// A per-policy limit above what the operator allows.
@@ -90,6 +124,7 @@ impl SandboxLimits {
         CallLimits {
             deadline: self.deadline,
             memory: self.memory,
+            tenant: None,
         }
     }
 
@@ -142,7 +177,8 @@ mod tests {
             max.narrow(Some(10), Some(8)),
             Ok(CallLimits {
                 deadline: Duration::from_millis(10),
-                memory: 8 << 20
+                memory: 8 << 20,
+                tenant: None,
             })
         );
         assert_eq!(max.narrow(Some(50), Some(64)), Ok(max.call_limits()));

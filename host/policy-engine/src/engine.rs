@@ -25,6 +25,7 @@ use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
 use crate::preinit;
 use crate::sandbox::{MemoryBudget, Sandbox};
+use crate::tenants::{Share, Tenants};
 
 /// A policy hook.
 #[derive(
@@ -229,6 +230,8 @@ pub struct PolicyEngine {
     limits: SandboxLimits,
     /// The memory all evaluations hold together.
     budget: MemoryBudget,
+    /// Each policy namespace's share of the concurrency and of `budget`.
+    tenants: Tenants,
     /// Compiled components by digest; each slot is locked while its digest compiles.
     compiled: Mutex<HashMap<String, CompileSlot>>,
     /// Held by a background preparation while it runs: one at a time, so that many policies
@@ -281,11 +284,13 @@ impl PolicyEngine {
                 })
                 .map_err(|e| EngineSetupError(format!("starting the epoch ticker: {e}")))?
         };
+        let budget = MemoryBudget::new(limits.memory_budget);
         Ok(PolicyEngine {
             engine,
             compile_config,
             linker,
-            budget: MemoryBudget::new(limits.memory_budget),
+            tenants: Tenants::new(limits.tenant.clone(), &budget),
+            budget,
             limits,
             compiled: Mutex::default(),
             preparing: Mutex::default(),
@@ -425,6 +430,7 @@ impl PolicyEngine {
             limits: CallLimits {
                 deadline: limits.deadline.min(self.limits.deadline),
                 memory: limits.memory.min(self.limits.memory),
+                tenant: limits.tenant,
             },
         }
     }
@@ -558,13 +564,20 @@ impl PolicyEngine {
             &Instance,
         ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
     ) -> Result<R, EvalError> {
+        // A namespace's policy waits for its own share before its call starts (and before the
+        // call watch counts it as running: the wait is bounded by the namespace's own calls).
+        let share = limits.tenant.as_ref().map(|t| self.tenants.share(t));
+        let _slot = share.as_ref().map(|s| s.enter());
+        let budget = share
+            .as_ref()
+            .map_or_else(|| self.budget.clone(), |s| s.memory.clone());
         let _in_call = tfjob_planner::call_watch::enter_call();
         let mut store = Store::new(
             &self.engine,
             Sandbox::new(
                 Arc::from(name),
                 limits.memory,
-                self.budget.clone(),
+                budget,
                 self.limits.max_log,
                 limits.deadline,
             ),
@@ -582,13 +595,13 @@ impl PolicyEngine {
             Ok(Err(reported)) if store.data().limiter.was_hit() => Err(EvalError::new(
                 Category::Memory,
                 format!(
-                    "memory limit of {} bytes exceeded: {}",
-                    limits.memory,
+                    "{}: {}",
+                    memory_exceeded(limits, share.as_deref()),
                     guest_error(reported).message
                 ),
             )),
             Ok(Err(reported)) => Err(guest_error(reported)),
-            Err(e) => Err(categorise(limits, &e, &store)),
+            Err(e) => Err(categorise(limits, share.as_deref(), &e, &store)),
         }
     }
 
@@ -621,7 +634,7 @@ impl PolicyEngine {
 }
 
 /// The engine with the limits of one policy's calls; see [`PolicyEngine::limited`].
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct LimitedEngine<'a> {
     engine: &'a PolicyEngine,
     limits: CallLimits,
@@ -630,7 +643,7 @@ pub struct LimitedEngine<'a> {
 impl LimitedEngine<'_> {
     /// The limits every call through this handle gets.
     pub fn limits(&self) -> CallLimits {
-        self.limits
+        self.limits.clone()
     }
 
     /// Calls `validate-settings`. A component without it accepts only empty settings.
@@ -893,14 +906,16 @@ impl Drop for PolicyEngine {
 }
 
 /// Names what stopped a call that trapped: the memory cap, the deadline, or the guest itself.
-fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbox>) -> EvalError {
+fn categorise(
+    limits: &CallLimits,
+    share: Option<&Share>,
+    error: &wasmtime::Error,
+    store: &Store<Sandbox>,
+) -> EvalError {
     if store.data().limiter.was_hit() {
         return EvalError::new(
             Category::Memory,
-            format!(
-                "memory limit of {} bytes exceeded: {error:#}",
-                limits.memory
-            ),
+            format!("{}: {error:#}", memory_exceeded(limits, share)),
         );
     }
     if let Some(wait) = error.downcast_ref::<WaitPastDeadline>() {
@@ -918,6 +933,20 @@ fn categorise(limits: &CallLimits, error: &wasmtime::Error, store: &Store<Sandbo
             Category::Trap,
             text::elided(&format!("{error:#}"), MAX_GUEST_TEXT),
         ),
+    }
+}
+
+/// What a call that was refused memory ran into: its own cap, or its namespace's share.
+fn memory_exceeded(limits: &CallLimits, share: Option<&Share>) -> String {
+    match share {
+        Some(share) => format!(
+            "memory limit of {} bytes exceeded, or the {} bytes that the running calls of \
+             namespace {}'s policies share",
+            limits.memory,
+            share.memory.total(),
+            share.tenant
+        ),
+        None => format!("memory limit of {} bytes exceeded", limits.memory),
     }
 }
 

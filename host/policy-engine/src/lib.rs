@@ -34,6 +34,7 @@ pub use error::{Category, EngineSetupError, EvalError};
 pub mod policies;
 pub mod registry;
 pub mod structure;
+pub mod tenants;
 pub mod verdict_cache;
 pub mod verdict_guard;
 

@@ -150,7 +150,7 @@ impl WasmPolicies {
         ctx: &bindings::JobContext,
         input: &serde_json::Value,
     ) -> Result<serde_json::Value, EvalError> {
-        let text = self.engine.limited(p.limits).decorate(
+        let text = self.engine.limited(p.limits.clone()).decorate(
             &p.compiled,
             p.name(),
             ctx,
@@ -195,7 +195,7 @@ impl WasmPolicies {
                     .get("resources")
                     .cloned()
                     .unwrap_or_else(|| serde_json::json!({}));
-                let text = self.engine.limited(p.limits).override_resources(
+                let text = self.engine.limited(p.limits.clone()).override_resources(
                     &p.compiled,
                     p.name(),
                     ctx,
@@ -236,7 +236,7 @@ impl WasmPolicies {
         // The first calls of a policy version run from its plain component while the copy
         // pre-initialised for its settings is made; later calls run from the copy.
         self.engine
-            .prepare_in_background(&p.compiled, p.name(), &p.settings, p.limits);
+            .prepare_in_background(&p.compiled, p.name(), &p.settings, p.limits.clone());
         let started = Instant::now();
         let result = eval();
         if let Some(m) = &self.metrics {
@@ -549,7 +549,7 @@ impl PodPolicies for WasmPolicies {
         let run = |p: &ActivePolicy| {
             self.measured(p, Hook::Classify, || {
                 self.engine
-                    .limited(p.limits)
+                    .limited(p.limits.clone())
                     .classify(
                         &p.compiled,
                         p.name(),

@@ -175,6 +175,11 @@ pub struct PolicyManifest {
     /// The sha256 (hex) the module must have; anything else is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The policy namespace whose share of the engine its calls draw on, set when a policy
+    /// from a namespace is confined to it; never read from the manifest itself, so no policy
+    /// can claim another team's share or the cluster-wide policies' reserve.
+    #[serde(skip)]
+    pub tenant: Option<String>,
 }
 
 /// A manifest field that is not valid.
@@ -342,9 +347,10 @@ pub fn activate_checked(
     wasm: &[u8],
 ) -> Result<ActivePolicy, ActivationError> {
     let allowed = manifest.validate(&engine.limits().ceiling)?;
-    let limits = engine
+    let mut limits = engine
         .limits()
         .narrow(manifest.deadline_ms, manifest.memory_mib)?;
+    limits.tenant = manifest.tenant.as_deref().map(Arc::from);
     let compiled = engine.compile(wasm).map_err(ActivationError::Compile)?;
     if let Some(expected) = &manifest.sha256
         && !expected.eq_ignore_ascii_case(&compiled.digest)
@@ -363,7 +369,7 @@ pub fn activate_checked(
         other => other.to_string(),
     };
     engine
-        .limited(limits)
+        .limited(limits.clone())
         .validate_settings(&compiled, &manifest.name, &settings)
         .map_err(ActivationError::Settings)?;
     Ok(ActivePolicy {
@@ -607,6 +613,13 @@ mod tests {
         assert!(not_in.matches("x", &labels(&[("team", "a"), ("tier", "gold")])));
         assert!(!not_in.matches("x", &labels(&[("team", "a"), ("tier", "bronze")])));
         assert!(!not_in.matches("x", &labels(&[("tier", "gold")])), "Exists");
+    }
+
+    #[test]
+    fn no_manifest_can_name_the_share_it_draws_on() {
+        let err = PolicyManifest::from_yaml("hooks: [decorate]\ntenant: team-b\n", "p")
+            .expect_err("the tenant is the operator's to set");
+        assert!(err.to_string().contains("tenant"), "{err}");
     }
 
     #[test]

@@ -170,13 +170,17 @@ impl LogBudget {
 
 impl crate::bindings::tfjob::policy::types::Host for Sandbox {}
 
-/// The linear memory all evaluations running at once may hold together. Each evaluation also
-/// has its own cap; this one keeps the sum inside the operator's memory limit whatever the
-/// number of concurrent calls.
+/// The linear memory evaluations running at once may hold together. Each evaluation also has
+/// its own cap; the engine's budget keeps the sum inside the operator's memory limit whatever
+/// the number of concurrent calls. Budgets nest: a policy namespace's share is taken from the
+/// budget of all namespaced policies, which is taken from the engine's, so memory is granted
+/// only when every level has it.
 #[derive(Clone, Debug)]
 pub struct MemoryBudget {
     total: usize,
     used: Arc<AtomicUsize>,
+    /// The budget this one is a share of.
+    parent: Option<Arc<MemoryBudget>>,
 }
 
 impl MemoryBudget {
@@ -184,6 +188,16 @@ impl MemoryBudget {
         MemoryBudget {
             total,
             used: Arc::default(),
+            parent: None,
+        }
+    }
+
+    /// A share of at most `total` bytes of this budget.
+    pub fn share(&self, total: usize) -> MemoryBudget {
+        MemoryBudget {
+            total: total.min(self.total),
+            used: Arc::default(),
+            parent: Some(Arc::new(self.clone())),
         }
     }
 
@@ -193,16 +207,35 @@ impl MemoryBudget {
         self.used.load(Ordering::Acquire)
     }
 
+    /// Bytes this budget may hold.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
     fn try_take(&self, bytes: usize) -> bool {
-        self.used
+        let taken = self
+            .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|&after| after <= self.total)
             })
-            .is_ok()
+            .is_ok();
+        if !taken {
+            return false;
+        }
+        match &self.parent {
+            Some(parent) if !parent.try_take(bytes) => {
+                self.used.fetch_sub(bytes, Ordering::AcqRel);
+                false
+            }
+            _ => true,
+        }
     }
 
     fn give_back(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(parent) = &self.parent {
+            parent.give_back(bytes);
+        }
     }
 }
 
@@ -314,6 +347,47 @@ mod tests {
         assert_eq!(budget.used(), 40);
         drop(b);
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_share_holds_its_owner_to_it_and_leaves_the_rest_to_others() {
+        let engine = MemoryBudget::new(100);
+        let namespaced = engine.share(75);
+        let (team_a, team_b) = (namespaced.share(40), namespaced.share(40));
+        let mut greedy = MemoryLimiter::new(1000, team_a.clone());
+        assert!(
+            !greedy.memory_growing(0, 41, None).unwrap(),
+            "past its share"
+        );
+        assert!(greedy.memory_growing(0, 40, None).unwrap());
+        let mut second = MemoryLimiter::new(1000, team_a.clone());
+        assert!(
+            !second.memory_growing(0, 1, None).unwrap(),
+            "the share is in use"
+        );
+        assert!(second.was_hit());
+        // Another team still has its own share, then the namespaced budget runs out.
+        let mut other = MemoryLimiter::new(1000, team_b.clone());
+        assert!(
+            !other.memory_growing(0, 36, None).unwrap(),
+            "75 for all namespaces"
+        );
+        assert!(other.memory_growing(0, 35, None).unwrap());
+        assert_eq!(
+            (team_b.used(), namespaced.used(), engine.used()),
+            (35, 75, 75)
+        );
+        // The cluster-wide policies' reserve is theirs alone.
+        let mut cluster = MemoryLimiter::new(1000, engine.clone());
+        assert!(cluster.memory_growing(0, 25, None).unwrap());
+        assert!(!cluster.memory_growing(25, 26, None).unwrap());
+        drop((greedy, second, other));
+        assert_eq!(
+            (team_a.used(), namespaced.used(), engine.used()),
+            (0, 0, 25)
+        );
+        drop(cluster);
+        assert_eq!(engine.used(), 0);
     }
 
     #[test]

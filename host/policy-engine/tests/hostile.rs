@@ -521,6 +521,7 @@ fn limits_above_the_maximum_are_refused_naming_the_field() {
     let asked = CallLimits {
         deadline: std::time::Duration::from_secs(3600),
         memory: usize::MAX,
+        tenant: None,
     };
     assert_eq!(
         engine().limited(asked).limits(),

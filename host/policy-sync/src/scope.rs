@@ -9,7 +9,9 @@
 //! - A ConfigMap in any other policy namespace applies to jobs of its own namespace only. Its
 //!   selector may narrow that but not name another namespace; it cannot take a built-in
 //!   policy's name; and its policy is named `<namespace>/<name>`, so it supersedes only
-//!   versions from its own namespace and every pod and event says whose policy it was.
+//!   versions from its own namespace and every pod and event says whose policy it was. Its
+//!   calls draw on the namespace's share of the engine (`TenantLimits`), not on the
+//!   cluster-wide policies' reserve.
 //!
 //! Pure: the watcher confines each manifest before activating it.
 
@@ -70,6 +72,7 @@ impl Scope {
         }
         manifest.selector.namespaces = vec![ns.clone()];
         manifest.name = format!("{ns}/{}", manifest.name);
+        manifest.tenant = Some(ns.clone());
         Ok(())
     }
 }
@@ -124,6 +127,11 @@ mod tests {
             .unwrap();
         assert_eq!(m.name, "team-a/gpu");
         assert_eq!(m.selector.namespaces, ["team-a"]);
+        assert_eq!(
+            m.tenant.as_deref(),
+            Some("team-a"),
+            "its calls draw on team-a's share"
+        );
         assert!(m.selector.matches("team-a", &Default::default()));
         assert!(!m.selector.matches("team-b", &Default::default()));
         let mut own = manifest("gpu", &["team-a"]);

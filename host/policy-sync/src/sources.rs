@@ -301,7 +301,7 @@ mod tests {
             manifest,
             settings: base.settings.clone(),
             allowed: base.allowed.clone(),
-            limits: base.limits,
+            limits: base.limits.clone(),
             compiled: Arc::clone(&base.compiled),
         })
     }
