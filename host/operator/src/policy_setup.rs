@@ -9,7 +9,7 @@ use clap::Args;
 use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::capabilities::{self, Capabilities};
-use tfjob_policy_engine::config::default_ceiling;
+use tfjob_policy_engine::config::{TenantLimits, default_ceiling};
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{
@@ -90,9 +90,65 @@ pub struct PolicySourceArgs {
         conflicts_with = "no_configmap_policies"
     )]
     pub policy_trusted_keys: Vec<PathBuf>,
+    /// Calls of one policy namespace's policies running at once; more wait for the namespace's
+    /// own calls to end (cluster-wide policies are not held to it) [default: half the cores,
+    /// at least 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub policy_namespace_concurrency: Option<u32>,
+    /// Linear memory (MiB) the running calls of one policy namespace's policies may hold
+    /// together [default: 64, one call's cap].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub policy_namespace_memory_mib: Option<u64>,
+    /// Linear memory (MiB) of the policies' budget that only cluster-wide policies may use, so
+    /// namespaced policies never leave the policies every job runs without memory [default:
+    /// 64, a quarter of the budget].
+    #[arg(long, value_name = "MIB")]
+    pub policy_cluster_reserve_mib: Option<u64>,
 }
 
 impl PolicySourceArgs {
+    /// The share of the policy engine each policy namespace gets, within `budget` (the bytes
+    /// all policy calls may hold together); a value that does not fit is an error naming its
+    /// flag.
+    pub fn tenant_limits(&self, budget: usize) -> anyhow::Result<TenantLimits> {
+        let mib = |flag: &str, value: u64| {
+            usize::try_from(value)
+                .ok()
+                .and_then(|v| v.checked_mul(1 << 20))
+                .filter(|&bytes| bytes <= budget)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "--{flag}: {value} MiB is more than the {} MiB all policy calls may hold",
+                        budget >> 20
+                    )
+                })
+        };
+        let defaults = TenantLimits::default();
+        let reserve_mib = self
+            .policy_cluster_reserve_mib
+            .unwrap_or(defaults.cluster_reserve as u64 >> 20);
+        let memory_mib = self
+            .policy_namespace_memory_mib
+            .unwrap_or(defaults.memory as u64 >> 20);
+        let cluster_reserve = mib("policy-cluster-reserve-mib", reserve_mib)?;
+        let memory = mib("policy-namespace-memory-mib", memory_mib)?;
+        if memory > budget - cluster_reserve {
+            return Err(anyhow!(
+                "--policy-namespace-memory-mib: {memory_mib} MiB is more than the {} MiB left to \
+                 namespaced policies beside the {reserve_mib} MiB reserved for cluster-wide ones \
+                 (--policy-cluster-reserve-mib)",
+                (budget - cluster_reserve) >> 20,
+            ));
+        }
+        Ok(TenantLimits {
+            concurrency: self
+                .policy_namespace_concurrency
+                .unwrap_or(defaults.concurrency),
+            memory,
+            cluster_reserve,
+        })
+    }
+
     /// The policy namespaces to watch (empty when ConfigMap policies are off).
     pub fn namespaces(&self) -> Vec<String> {
         if self.no_configmap_policies {
@@ -177,4 +233,49 @@ impl Policies {
 /// The seam without any policy: pods as built, native classification.
 pub fn no_policies() -> Arc<dyn PodPolicies> {
     Arc::new(NativePolicies::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUDGET: usize = 256 << 20;
+
+    #[test]
+    fn namespace_shares_default_to_one_calls_cap_and_a_quarter_reserved() {
+        let limits = PolicySourceArgs::default().tenant_limits(BUDGET).unwrap();
+        assert_eq!(limits, TenantLimits::default());
+        assert_eq!(
+            (limits.memory, limits.cluster_reserve),
+            (64 << 20, 64 << 20)
+        );
+        let args = PolicySourceArgs {
+            policy_namespace_concurrency: Some(3),
+            policy_namespace_memory_mib: Some(32),
+            policy_cluster_reserve_mib: Some(128),
+            ..PolicySourceArgs::default()
+        };
+        let limits = args.tenant_limits(BUDGET).unwrap();
+        assert_eq!(
+            (limits.concurrency, limits.memory, limits.cluster_reserve),
+            (3, 32 << 20, 128 << 20)
+        );
+    }
+
+    #[test]
+    fn shares_that_do_not_fit_the_budget_name_their_flag() {
+        for (memory, reserve, flag) in [
+            (Some(300), None, "--policy-namespace-memory-mib: 300 MiB"),
+            (None, Some(u64::MAX), "--policy-cluster-reserve-mib"),
+            (Some(200), Some(100), "156 MiB left to namespaced policies"),
+        ] {
+            let args = PolicySourceArgs {
+                policy_namespace_memory_mib: memory,
+                policy_cluster_reserve_mib: reserve,
+                ..PolicySourceArgs::default()
+            };
+            let err = args.tenant_limits(BUDGET).unwrap_err().to_string();
+            assert!(err.contains(flag), "{err}");
+        }
+    }
 }

@@ -32,10 +32,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.config {
         tracing::info!(file = %path.display(), "flags not given take their values from this file");
     }
+    let defaults = SandboxLimits::default();
     let limits = SandboxLimits {
         // Room for every concurrent reconcile to evaluate at once.
         concurrency: u32::from(args.threads) * 2,
-        ..SandboxLimits::default()
+        tenant: args.sources.tenant_limits(defaults.memory_budget)?,
+        ..defaults
     };
     let trusted_keys = args.sources.trusted_keys()?;
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;

@@ -114,9 +114,11 @@ pub fn main(args: UpArgs) -> anyhow::Result<()> {
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
+    let defaults = SandboxLimits::default();
     let limits = SandboxLimits {
         concurrency: u32::from(args.threads) * 2,
-        ..SandboxLimits::default()
+        tenant: args.sources.tenant_limits(defaults.memory_budget)?,
+        ..defaults
     };
     let trusted_keys = Arc::new(args.sources.trusted_keys()?);
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
