@@ -29,7 +29,8 @@ use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
 use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
-    APPLIED_ANNOTATION, FailurePolicy, Hook, JobSelector, PolicyManifest, PolicyMode, defaults,
+    APPLIED_ANNOTATION, BreakerConfig, FailurePolicy, Hook, JobSelector, PolicyManifest,
+    PolicyMode, defaults,
 };
 
 use common::replica;
@@ -1061,6 +1062,83 @@ fn a_sleeping_ignored_decorator_does_not_stop_pod_creation() {
         for job in jobs {
             env.until_succeeded(ns, job).await;
         }
+    });
+}
+
+/// A decoration policy that traps on every call trips its breaker after two pods: the next pod
+/// is made without calling it (a `PolicyTripped` event on its job), and the ConfigMap's status
+/// says `breaker` with a `PolicyTripped` event. A new version starts with a closed breaker:
+/// the status drops `breaker` and a `PolicyRecovered` event marks it.
+#[test]
+fn a_policy_that_keeps_trapping_trips_and_its_configmap_says_so() {
+    let tight_breakers = |o: &mut ClusterOptions| {
+        let d = common::default_policies();
+        o.policies = Arc::new(tfjob_operator::policy_setup::Policies {
+            engine: Arc::clone(&d.engine),
+            registry: Arc::clone(&d.registry),
+            builtin: d.builtin.clone(),
+            // Open for an hour: only a new version closes it within the test.
+            breakers: BreakerConfig {
+                threshold: 2,
+                first_open: Duration::from_secs(3600),
+                max_open: Duration::from_secs(3600),
+            },
+        });
+    };
+    with_cluster_configured(false, "tripping", tight_breakers, |env, ns| async move {
+        let cm = hostile(
+            "trapper",
+            vec![Hook::Decorate],
+            FailurePolicy::Ignore,
+            json!({"mode": "panic"}),
+        );
+        let name = env
+            .create_active(&cm, defaults::HOSTILE_POLICY_WASM)
+            .await
+            .name_any();
+        // One job at a time, so exactly two calls trap before the third pod.
+        for job in ["t0", "t1", "t2"] {
+            env.submit(ns, job, &[]).await;
+            let pod = env.until_pod(ns, job).await;
+            assert!(!applied(&pod).contains("trapper@"), "{}", applied(&pod));
+        }
+        let ignored = env.until_job_event(ns, "t0", "PolicyIgnored").await;
+        assert!(ignored.contains("trap"), "{ignored}");
+        let note = env.until_job_event(ns, "t2", "PolicyTripped").await;
+        assert!(
+            note.contains("tripped after 2 consecutive trap failures"),
+            "{note}"
+        );
+        let status = env
+            .until_status(&name, "a tripped breaker", |s| s.breaker.is_some())
+            .await;
+        assert_eq!(status.state, PolicyState::Active);
+        let breaker = status.breaker.expect("tripped");
+        assert_eq!(
+            (breaker.state.as_str(), breaker.category.as_str()),
+            ("Tripped", "trap")
+        );
+        assert_eq!((breaker.failures, breaker.trips), (2, 1));
+        breaker
+            .retry_at
+            .parse::<Timestamp>()
+            .expect("retryAt is RFC 3339");
+        let event = env.until_cm_event(&name, "PolicyTripped", "trap").await;
+        assert!(event.contains("trapper@"), "{event}");
+
+        // A fixed version: the same module with other settings.
+        let fixed = hostile(
+            "trapper",
+            vec![Hook::Decorate],
+            FailurePolicy::Ignore,
+            json!({"mode": "ok"}),
+        );
+        env.update_cm(&fixed).await;
+        env.until_status(&name, "no breaker", |s| s.breaker.is_none())
+            .await;
+        env.until_cm_event(&name, "PolicyRecovered", "closed").await;
+        let pod = env.run_job(ns, "t3").await;
+        assert!(applied(&pod).contains("trapper@"), "{}", applied(&pod));
     });
 }
 

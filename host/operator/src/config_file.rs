@@ -733,7 +733,7 @@ mod tests {
         match parse::<Cli>(argv, "run") {
             Ok(Cli {
                 command: Sub::Run(args),
-            }) => Ok(args),
+            }) => Ok(*args),
             Ok(other) => panic!("not run: {other:?}"),
             Err(e) => Err(e.to_string().replace(&path.display().to_string(), "FILE")),
         }
@@ -743,7 +743,7 @@ mod tests {
         let mut argv = vec!["tfjob-operator", "run"];
         argv.extend(args);
         match Cli::try_parse_from(argv).unwrap().command {
-            Sub::Run(args) => args,
+            Sub::Run(args) => *args,
             other => panic!("not run: {other:?}"),
         }
     }

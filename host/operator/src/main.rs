@@ -48,7 +48,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        cli::Command::Run(args) => match run::main(args) {
+        cli::Command::Run(args) => match run::main(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tfjob-operator: {e:#}");

@@ -16,7 +16,7 @@ use kube::Client;
 use prometheus_client::registry::Registry as MetricsRegistry;
 use tfjob_planner::Settings;
 use tfjob_policy_engine::signature::TrustedKeys;
-use tfjob_policy_engine::{PolicyMetrics, PolicySet, Registry, WasmPolicies};
+use tfjob_policy_engine::{Breakers, PolicyMetrics, PolicySet, Registry, WasmPolicies};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
 use crate::api_metrics::ApiMetrics;
@@ -167,8 +167,11 @@ async fn serve(
         policies.builtin.iter().map(Arc::clone),
         Vec::new(),
     )));
+    // One set of breakers for every reconcile, reported by the policy sync.
+    let breakers = Breakers::new(policies.breakers);
     let seam = WasmPolicies::new(Arc::clone(&policies.engine), Arc::clone(&registry))
-        .with_metrics(PolicyMetrics::register(&mut metrics));
+        .with_metrics(PolicyMetrics::register(&mut metrics))
+        .with_breakers(breakers.clone());
 
     let sync_task = if config.policy_namespaces.is_empty() {
         None
@@ -201,6 +204,7 @@ async fn serve(
                 load_bound: tfjob_policy_sync::watch::LOAD_BOUND,
                 trusted_keys: Arc::clone(&config.trusted_keys),
                 leading: leadership.receiver(),
+                breakers,
             },
             SyncMetrics::register(&mut metrics),
         );

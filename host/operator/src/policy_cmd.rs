@@ -868,16 +868,25 @@ fn row(cm: &ConfigMap) -> [String; 11] {
                 .granted
                 .as_ref()
                 .map_or_else(dash, Capabilities::summary),
-            status.state.as_str().to_owned(),
+            // A tripped breaker is said beside the state: the version serves, but is not
+            // called until a trial call succeeds.
+            match &status.breaker {
+                Some(_) => format!("{} (tripped)", status.state.as_str()),
+                None => status.state.as_str().to_owned(),
+            },
             status
                 .digest
                 .map(|d| d.chars().take(12).collect())
                 .unwrap_or_else(dash),
             status.loaded_at.unwrap_or_else(dash),
-            status
-                .error
-                .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
-                .unwrap_or_else(dash),
+            match (status.error, status.breaker) {
+                (Some(e), _) => e.split_whitespace().collect::<Vec<_>>().join(" "),
+                (None, Some(b)) => format!(
+                    "tripped after {} consecutive {} failures; a trial call from {}",
+                    b.failures, b.category, b.retry_at
+                ),
+                (None, None) => dash(),
+            },
         ),
     };
     [
@@ -917,4 +926,52 @@ fn table(rows: &[[String; 11]]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfjob_policy_engine::Hook;
+    use tfjob_policy_engine::configmap::{BreakerStatus, PolicyState, STATUS_ANNOTATION};
+
+    #[test]
+    fn a_tripped_breaker_shows_in_the_list() {
+        let manifest = PolicyManifest {
+            name: "looper".into(),
+            hooks: vec![Hook::Decorate],
+            ..PolicyManifest::default()
+        };
+        let mut cm = configmap::pack(manifest, b"\0asm module", "tfjob-system", false).unwrap();
+        let mut status = PolicyStatus::active("abc", jiff::Timestamp::UNIX_EPOCH);
+        let annotate = |cm: &mut ConfigMap, status: &PolicyStatus| {
+            cm.metadata.annotations = Some(BTreeMap::from([(
+                STATUS_ANNOTATION.to_owned(),
+                status.to_annotation(),
+            )]));
+        };
+        annotate(&mut cm, &status);
+        let closed = row(&cm);
+        assert_eq!((closed[7].as_str(), closed[10].as_str()), ("Active", "-"));
+
+        status.breaker = Some(BreakerStatus {
+            state: "Tripped".into(),
+            category: "timeout".into(),
+            failures: 5,
+            trips: 1,
+            retry_at: "1970-01-01T00:00:10Z".into(),
+        });
+        annotate(&mut cm, &status);
+        let tripped = row(&cm);
+        assert_eq!(tripped[7], "Active (tripped)");
+        assert_eq!(
+            tripped[10],
+            "tripped after 5 consecutive timeout failures; a trial call from \
+             1970-01-01T00:00:10Z"
+        );
+        // An error (a rejected update) is still what the last column says.
+        status.state = PolicyState::Rejected;
+        status.error = Some("bad settings".into());
+        annotate(&mut cm, &status);
+        assert_eq!(row(&cm)[10], "bad settings");
+    }
 }

@@ -33,8 +33,8 @@ use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus};
 use tfjob_policy_engine::field_diff;
 use tfjob_policy_engine::policies::APPLIED_ANNOTATION;
 use tfjob_policy_engine::{
-    ActivePolicy, PolicyEngine, PolicyManifest, PolicySet, Registry, SandboxLimits, WasmPolicies,
-    activate,
+    ActivePolicy, Breakers, PolicyEngine, PolicyManifest, PolicySet, Registry, SandboxLimits,
+    WasmPolicies, activate,
 };
 
 /// Differences reported per pod at most; the count says if there were more.
@@ -403,7 +403,12 @@ pub fn compare(
             .chain([Arc::new(clone_active(candidate))]),
         current.unavailable().to_vec(),
     );
-    let seam = |set: PolicySet| WasmPolicies::new(Arc::clone(engine), Arc::new(Registry::new(set)));
+    // No breakers: every pod is evaluated, so a failing candidate is counted on each with its
+    // own failure, not stopped after a few as in the operator.
+    let seam = |set: PolicySet| {
+        WasmPolicies::new(Arc::clone(engine), Arc::new(Registry::new(set)))
+            .with_breakers(Breakers::disabled())
+    };
     let (current, proposed) = (seam(current), seam(with_candidate));
     let mut report = Report {
         candidate: candidate.label(),

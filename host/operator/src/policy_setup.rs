@@ -1,5 +1,6 @@
 //! Assembling the operator's policies from its flags: the embedded defaults (with
-//! `--policy-config` overrides), plus `--policy-dir` policies, in one registry snapshot.
+//! `--policy-config` overrides), plus `--policy-dir` policies, in one registry snapshot, and
+//! the circuit breakers every policy call goes through (`--policy-breaker-*`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use anyhow::{Context as _, anyhow};
 use clap::Args;
 use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
+use tfjob_policy_engine::breaker::{self, BreakerConfig, Breakers};
 use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::config::{TenantLimits, default_ceiling};
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
@@ -27,6 +29,47 @@ pub struct PolicyArgs {
     pub policy_config: Option<PathBuf>,
     #[command(flatten)]
     pub ceiling: CeilingArgs,
+    #[command(flatten)]
+    pub breakers: BreakerArgs,
+}
+
+/// The default of `--policy-breaker-open-seconds` (`u32`: the flags live in every subcommand's
+/// arguments, which clap keeps by value).
+const DEFAULT_OPEN_SECONDS: u32 = 10;
+
+/// When a policy that keeps failing stops being called (see `tfjob_policy_engine::breaker`).
+#[derive(Debug, Clone, Args)]
+pub struct BreakerArgs {
+    /// Consecutive failures of one kind (timeout, trap, memory, invalid output) after which a
+    /// policy is no longer called for a while and its failure policy applies as if it had
+    /// failed; 0 always calls.
+    #[arg(long = "policy-breaker-failures", value_name = "N", default_value_t = breaker::DEFAULT_THRESHOLD)]
+    pub failures: u32,
+    /// How long a tripped policy is not called before one trial call goes through; each
+    /// failed trial doubles it, up to 5 minutes.
+    #[arg(long = "policy-breaker-open-seconds", value_name = "SECONDS", default_value_t = DEFAULT_OPEN_SECONDS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub open_seconds: u32,
+}
+
+impl Default for BreakerArgs {
+    fn default() -> Self {
+        BreakerArgs {
+            failures: breaker::DEFAULT_THRESHOLD,
+            open_seconds: DEFAULT_OPEN_SECONDS,
+        }
+    }
+}
+
+impl BreakerArgs {
+    /// The breakers' settings from `--policy-breaker-failures` and
+    /// `--policy-breaker-open-seconds`.
+    pub fn config(&self) -> BreakerConfig {
+        BreakerConfig {
+            threshold: self.failures,
+            first_open: std::time::Duration::from_secs(u64::from(self.open_seconds)),
+            ..BreakerConfig::default()
+        }
+    }
 }
 
 /// The most any policy may be granted (see `tfjob_policy_engine::capabilities`).
@@ -187,6 +230,8 @@ pub struct Policies {
     /// The built-in policies (defaults with `--policy-config`, plus `--policy-dir`), which
     /// ConfigMap policies of the same name replace while they serve.
     pub builtin: Vec<Arc<ActivePolicy>>,
+    /// When a policy that keeps failing stops being called.
+    pub breakers: BreakerConfig,
 }
 
 impl Policies {
@@ -218,15 +263,16 @@ impl Policies {
             engine,
             registry,
             builtin,
+            breakers: args.breakers.config(),
         })
     }
 
     /// The planner's seam over these policies.
     pub fn seam(&self) -> Arc<dyn PodPolicies> {
-        Arc::new(WasmPolicies::new(
-            Arc::clone(&self.engine),
-            Arc::clone(&self.registry),
-        ))
+        Arc::new(
+            WasmPolicies::new(Arc::clone(&self.engine), Arc::clone(&self.registry))
+                .with_breakers(Breakers::new(self.breakers)),
+        )
     }
 }
 

@@ -139,10 +139,13 @@ pub enum FailureCategory {
     Trap,
     Link,
     Unavailable,
+    /// The operator's breaker refused the call; a suite calls the engine without breakers, so
+    /// no case fails this way, but every category of the operator has its name here.
+    Tripped,
 }
 
 impl FailureCategory {
-    const ALL: [FailureCategory; 8] = [
+    const ALL: [FailureCategory; 9] = [
         FailureCategory::InvalidSettings,
         FailureCategory::GuardViolation,
         FailureCategory::InvalidOutput,
@@ -151,6 +154,7 @@ impl FailureCategory {
         FailureCategory::Trap,
         FailureCategory::Link,
         FailureCategory::Unavailable,
+        FailureCategory::Tripped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -163,6 +167,7 @@ impl FailureCategory {
             FailureCategory::Trap => "trap",
             FailureCategory::Link => "link",
             FailureCategory::Unavailable => "unavailable",
+            FailureCategory::Tripped => "tripped",
         }
     }
 
@@ -195,6 +200,7 @@ impl From<Category> for FailureCategory {
             Category::Trap => FailureCategory::Trap,
             Category::Link => FailureCategory::Link,
             Category::Unavailable => FailureCategory::Unavailable,
+            Category::Tripped => FailureCategory::Tripped,
         }
     }
 }
@@ -1966,6 +1972,7 @@ mod tests {
             Category::GuardViolation,
             Category::Link,
             Category::Unavailable,
+            Category::Tripped,
         ] {
             assert_eq!(FailureCategory::from(c).as_str(), c.as_str());
         }

@@ -137,6 +137,9 @@ pub enum PolicyErrorCategory {
     Settings,
     /// The policy is configured but never loaded (its ConfigMap was rejected).
     Unavailable,
+    /// The policy was not called: it failed too often in a row and its circuit breaker is
+    /// open until a trial call succeeds.
+    Tripped,
 }
 
 impl PolicyErrorCategory {
@@ -150,6 +153,7 @@ impl PolicyErrorCategory {
             PolicyErrorCategory::Link => "link",
             PolicyErrorCategory::Settings => "settings",
             PolicyErrorCategory::Unavailable => "unavailable",
+            PolicyErrorCategory::Tripped => "tripped",
         }
     }
 }

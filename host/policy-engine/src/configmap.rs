@@ -524,6 +524,45 @@ pub struct PolicyStatus {
     /// none when the operator trusts no keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_by: Option<String>,
+    /// The serving version's circuit breaker while it is tripped; absent while calls go through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerStatus>,
+}
+
+/// A tripped circuit breaker in a [`PolicyStatus`] (see [`crate::breaker`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerStatus {
+    /// `Tripped`: calls are refused (but for one trial call once `retryAt` has passed).
+    pub state: String,
+    /// The kind of the failures that tripped it: `timeout`, `trap`, `memory` or
+    /// `invalid-output`.
+    pub category: String,
+    /// Consecutive failures of that kind.
+    pub failures: u32,
+    /// Times it opened since it last closed (the first trip and each failed trial).
+    pub trips: u32,
+    /// When a trial call may go through, RFC 3339.
+    pub retry_at: String,
+}
+
+impl BreakerStatus {
+    /// The status of a tripped breaker.
+    pub fn of(tripped: &crate::breaker::TrippedPolicy) -> BreakerStatus {
+        BreakerStatus {
+            state: "Tripped".into(),
+            category: tripped.category.as_str().to_owned(),
+            failures: tripped.failures,
+            trips: tripped.trips,
+            // Whole seconds: the annotation is rewritten whenever it changes, and a retry time
+            // recomputed to the nanosecond would change it on every report.
+            retry_at: tripped
+                .retry_at
+                .round(jiff::Unit::Second)
+                .unwrap_or(tripped.retry_at)
+                .to_string(),
+        }
+    }
 }
 
 impl PolicyStatus {
@@ -538,6 +577,7 @@ impl PolicyStatus {
             scope: None,
             granted: None,
             signed_by: None,
+            breaker: None,
         }
     }
 
@@ -552,6 +592,7 @@ impl PolicyStatus {
             scope: None,
             granted: None,
             signed_by: None,
+            breaker: None,
         }
     }
 
@@ -568,6 +609,7 @@ impl PolicyStatus {
             scope: None,
             granted: None,
             signed_by: None,
+            breaker: None,
         }
     }
 
@@ -978,6 +1020,25 @@ mod tests {
         let back = PolicyStatus::from_annotation(&rejected.to_annotation()).unwrap();
         assert_eq!(back, rejected);
         assert!(back.error.unwrap().contains("both set"));
+
+        let tripped = PolicyStatus {
+            breaker: Some(BreakerStatus {
+                state: "Tripped".into(),
+                category: "timeout".into(),
+                failures: 5,
+                trips: 1,
+                retry_at: "2026-01-02T03:04:15Z".into(),
+            }),
+            ..active.clone()
+        };
+        let text = tripped.to_annotation();
+        assert!(
+            text.ends_with(
+                r#""breaker":{"state":"Tripped","category":"timeout","failures":5,"trips":1,"retryAt":"2026-01-02T03:04:15Z"}}"#
+            ),
+            "{text}"
+        );
+        assert_eq!(PolicyStatus::from_annotation(&text).unwrap(), tripped);
 
         let superseded = PolicyStatus::superseded("abc", "ml/tfjob-policy-gpu", at);
         assert!(

@@ -8,11 +8,13 @@
 //! [`capabilities`] a policy was granted, the [`verdict_guard`] checks classifications against
 //! the pod, [`signature`] verifies signed modules, the [`registry`] holds the active policies as
 //! an atomically swappable snapshot, and
-//! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam. Policies come
+//! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam, refusing calls of
+//! a policy whose [`breaker`] tripped after failing again and again. Policies come
 //! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
 //! ([`configmap`]), all through the same activation.
 
 pub mod bindings;
+pub mod breaker;
 pub mod capabilities;
 pub mod clock;
 pub mod config;
@@ -28,6 +30,7 @@ mod preinit;
 mod sandbox;
 pub mod signature;
 
+pub use breaker::{BreakerConfig, Breakers};
 pub use config::{CallLimits, LimitError, SandboxLimits};
 pub use engine::{CompiledPolicy, Hook, LimitedEngine, PolicyEngine};
 pub use error::{Category, EngineSetupError, EvalError};

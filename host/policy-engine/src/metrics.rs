@@ -1,5 +1,7 @@
-//! Per-policy metrics of evaluations: count by hook and mode, errors by category, latency, and
-//! disagreements of shadow policies with the enforced decision.
+//! Per-policy metrics of evaluations: count by hook and mode, errors by category, latency,
+//! disagreements of shadow policies with the enforced decision, and the circuit breakers
+//! (which are open, how often they tripped). A call a breaker refused is an error of category
+//! `tripped`, not an evaluation: nothing was evaluated.
 //!
 //! Labels carry the policy name, never the digest, so a new version keeps its series; which
 //! digest serves is the policy sync's info metric.
@@ -9,9 +11,11 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::breaker::Change;
 use crate::engine::Hook;
 use crate::error::Category;
 use crate::registry::PolicyMode;
@@ -59,6 +63,14 @@ pub struct PolicyMetrics {
     latency: Family<HookLabels, Histogram>,
     disagreements: Family<DisagreementLabels, Counter>,
     reused: Counter,
+    breaker_open: Family<BreakerLabels, Gauge>,
+    breaker_trips: Family<BreakerLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabels {
+    policy: String,
+    mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,6 +88,8 @@ impl PolicyMetrics {
             latency: Family::new_with_constructor(histogram),
             disagreements: Family::default(),
             reused: Counter::default(),
+            breaker_open: Family::default(),
+            breaker_trips: Family::default(),
         };
         registry.register(
             "tfjob_policy_evaluations",
@@ -101,6 +115,16 @@ impl PolicyMetrics {
             "tfjob_policy_shadow_disagreements",
             "Evaluations where a shadow policy decided differently from the enforced one",
             m.disagreements.clone(),
+        );
+        registry.register(
+            "tfjob_policy_breaker_open",
+            "Whether the policy's circuit breaker is open or half-open (1): its calls are refused",
+            m.breaker_open.clone(),
+        );
+        registry.register(
+            "tfjob_policy_breaker_trips",
+            "Times a policy's circuit breaker opened (tripped, or a trial call failed)",
+            m.breaker_trips.clone(),
         );
         m
     }
@@ -151,6 +175,35 @@ impl PolicyMetrics {
                 category: Category::Unavailable.as_str().to_owned(),
             })
             .inc();
+    }
+
+    /// Records a call its breaker refused.
+    pub fn refused(&self, policy: &str, hook: Hook, mode: PolicyMode) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                policy: policy.to_owned(),
+                hook: hook.to_string(),
+                mode: mode_label(mode),
+                category: Category::Tripped.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records a breaker opening or closing.
+    pub fn breaker_changed(&self, policy: &str, mode: PolicyMode, change: Change) {
+        let labels = BreakerLabels {
+            policy: policy.to_owned(),
+            mode: mode_label(mode),
+        };
+        match change {
+            Change::Tripped | Change::Reopened => {
+                self.breaker_open.get_or_create(&labels).set(1);
+                self.breaker_trips.get_or_create(&labels).inc();
+            }
+            Change::Closed | Change::Reset => {
+                self.breaker_open.get_or_create(&labels).set(0);
+            }
+        }
     }
 
     /// Records a classification answered from the verdict cache.

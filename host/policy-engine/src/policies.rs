@@ -11,6 +11,11 @@
 //! `Shadow` policies run beside the enforced ones on the same inputs (the input their enforced
 //! namesake saw, or the final pod when there is none) and never change the pod or the verdict;
 //! every difference becomes a note (an event on the job) and a metric.
+//!
+//! Every call goes through the policy's circuit breaker ([`crate::breaker`]): a policy that
+//! failed again and again is not called until its open period ends, and the refusal is a
+//! failure of category `tripped` under the policy's failure policy, with a `PolicyTripped` note
+//! for the job.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -23,12 +28,13 @@ use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_planner::{PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict};
 
 use crate::bindings;
+use crate::breaker::Breakers;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::field_diff::{self, FieldDifference};
 use crate::guard;
 use crate::metrics::PolicyMetrics;
-use crate::registry::{ActivePolicy, FailurePolicy, PolicySet, Registry};
+use crate::registry::{ActivePolicy, FailurePolicy, PolicyMode, PolicySet, Registry};
 use crate::verdict_cache::{VerdictCache, VerdictKey};
 use crate::verdict_guard;
 
@@ -45,7 +51,13 @@ pub struct WasmPolicies {
     fallback: NativePolicies,
     /// Verdicts of unchanged pods, shared by every pinned view of these policies.
     verdicts: Arc<Mutex<VerdictCache>>,
+    /// The policies' circuit breakers, shared by every pinned view too: a failure counts
+    /// whichever reconcile saw it.
+    breakers: Breakers,
 }
+
+/// Event reason of the note a job gets when a policy was not called because it is tripped.
+pub const TRIPPED_REASON: &str = "PolicyTripped";
 
 impl WasmPolicies {
     pub fn new(engine: Arc<PolicyEngine>, registry: Arc<Registry>) -> WasmPolicies {
@@ -55,7 +67,22 @@ impl WasmPolicies {
             metrics: None,
             fallback: NativePolicies::default(),
             verdicts: Arc::default(),
+            breakers: Breakers::default(),
         }
+    }
+
+    /// Uses `breakers` (shared with whoever else holds a clone, e.g. the policy sync reporting
+    /// them) instead of breakers of its own with the default settings.
+    pub fn with_breakers(mut self, breakers: Breakers) -> WasmPolicies {
+        if let Some(m) = &self.metrics {
+            breakers.set_metrics(m.clone());
+        }
+        self.breakers = breakers;
+        self
+    }
+
+    pub fn breakers(&self) -> &Breakers {
+        &self.breakers
     }
 
     /// How many verdicts the cache holds.
@@ -70,6 +97,7 @@ impl WasmPolicies {
 
     /// Records every evaluation in `metrics`.
     pub fn with_metrics(mut self, metrics: PolicyMetrics) -> WasmPolicies {
+        self.breakers.set_metrics(metrics.clone());
         self.metrics = Some(metrics);
         self
     }
@@ -226,23 +254,38 @@ struct Step {
 }
 
 impl WasmPolicies {
-    /// Runs one evaluation of `p`, recording its metrics.
+    /// Runs one evaluation of `p` if its breaker lets it, recording its metrics and its
+    /// outcome in the breaker.
     fn measured<T>(
         &self,
         p: &ActivePolicy,
         hook: Hook,
         eval: impl FnOnce() -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
+        let ticket = match self.breakers.admit(p) {
+            Ok(ticket) => ticket,
+            Err(refusal) => {
+                if let Some(m) = &self.metrics {
+                    m.refused(p.name(), hook, p.manifest.mode);
+                }
+                let retry_at = self.breakers.wall(refusal.retry_at);
+                return Err(EvalError::new(
+                    Category::Tripped,
+                    refusal.message(&p.label(), retry_at),
+                ));
+            }
+        };
         // The first calls of a policy version run from its plain component while the copy
         // pre-initialised for its settings is made; later calls run from the copy.
         self.engine
             .prepare_in_background(&p.compiled, p.name(), &p.settings, p.limits.clone());
         let started = Instant::now();
         let result = eval();
+        let error = result.as_ref().err().map(|e| e.category);
         if let Some(m) = &self.metrics {
-            let error = result.as_ref().err().map(|e| e.category);
             m.evaluated(p.name(), hook, p.manifest.mode, started.elapsed(), error);
         }
+        self.breakers.record(p, &ticket, error);
         result
     }
 
@@ -331,6 +374,7 @@ impl WasmPolicies {
                         key,
                     });
                 }
+                Err(e) if e.category == Category::Tripped => notes.push(tripped_note(p, &e)),
                 Err(e) => notes.push(PolicyNote {
                     policy: p.label(),
                     reason: "PolicyShadowFailed".into(),
@@ -340,6 +384,26 @@ impl WasmPolicies {
                 }),
             }
         }
+    }
+}
+
+/// The note a job gets when `p` was not called because its breaker is open: once per job and
+/// policy version (the planner keys notes by both), not once per pod. The key differs from
+/// the `<policy>/<category>` the planner gives the `PolicyIgnored` event of the same refusal,
+/// so neither event hides the other.
+fn tripped_note(p: &ActivePolicy, e: &EvalError) -> PolicyNote {
+    PolicyNote {
+        policy: p.label(),
+        reason: TRIPPED_REASON.into(),
+        message: match p.manifest.mode {
+            PolicyMode::Enforce => format!("{}; skipped as its failure policy says", e.message),
+            PolicyMode::Shadow => format!("shadow {}", e.message),
+        },
+        warning: true,
+        key: match p.manifest.mode {
+            PolicyMode::Enforce => "breaker-open".into(),
+            PolicyMode::Shadow => "shadow/breaker-open".into(),
+        },
     }
 }
 
@@ -382,6 +446,7 @@ impl PodPolicies for WasmPolicies {
             metrics: self.metrics.clone(),
             fallback: NativePolicies::default(),
             verdicts: Arc::clone(&self.verdicts),
+            breakers: self.breakers.clone(),
         }))
     }
 
@@ -398,6 +463,9 @@ impl PodPolicies for WasmPolicies {
         })?;
         let mut applied = Vec::new();
         let mut skipped = Vec::new();
+        // Notes of enforced policies not called because they are tripped; added after the
+        // shadows' notes (which the closure below cannot share).
+        let mut tripped = Vec::new();
         let mut outcome = |p: &ActivePolicy,
                            result: Result<(), EvalError>|
          -> Result<(), PolicyError> {
@@ -407,7 +475,11 @@ impl PodPolicies for WasmPolicies {
                     Ok(())
                 }
                 Err(e) if p.manifest.failure_policy == FailurePolicy::Ignore => {
-                    tracing::warn!(policy = %p.label(), error = %e, "policy failed; ignored as configured");
+                    if e.category == Category::Tripped {
+                        tripped.push(tripped_note(p, &e));
+                    } else {
+                        tracing::warn!(policy = %p.label(), error = %e, "policy failed; ignored as configured");
+                    }
                     skipped.push(e.for_policy(&p.label()));
                     Ok(())
                 }
@@ -476,6 +548,7 @@ impl PodPolicies for WasmPolicies {
                 &mut notes,
             );
         }
+        notes.append(&mut tripped);
         let mut shaped: Pod = serde_json::from_value(current).map_err(|e| PolicyError {
             policy: applied.join(","),
             category: Category::InvalidOutput,
@@ -575,8 +648,13 @@ impl PodPolicies for WasmPolicies {
                     break;
                 }
                 Err(e) if p.manifest.failure_policy == FailurePolicy::Ignore => {
-                    tracing::warn!(policy = %p.label(), error = %e, "classification policy failed; ignored as configured");
-                    // The failure may pass (a timeout under load): decide afresh next time.
+                    if e.category == Category::Tripped {
+                        notes.push(tripped_note(p, &e));
+                    } else {
+                        tracing::warn!(policy = %p.label(), error = %e, "classification policy failed; ignored as configured");
+                    }
+                    // The failure may pass (a timeout under load, a breaker closing): decide
+                    // afresh next time.
                     reusable = false;
                 }
                 Err(e) => return Err(e.for_policy(&p.label())),
@@ -609,6 +687,10 @@ impl PodPolicies for WasmPolicies {
                         warning: false,
                         key: format!("shadow/classify/{pod_name}/{enforced_text}/{shadow_text}"),
                     });
+                }
+                Err(e) if e.category == Category::Tripped => {
+                    reusable = false;
+                    notes.push(tripped_note(p, &e));
                 }
                 Err(e) => {
                     reusable = false;

@@ -1,10 +1,11 @@
 //! Hostile guests through the real sandbox: a policy cannot hang, exhaust memory, flood the
 //! operator with output, crash it, reach files, environment or network, or change a forbidden
-//! pod field; and the engine keeps serving other policies afterwards.
+//! pod field; and the engine keeps serving other policies afterwards. A policy that keeps
+//! failing trips its circuit breaker and is no longer called.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -14,9 +15,9 @@ use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
 use tfjob_policy_engine::policies::job_context;
 use tfjob_policy_engine::{
-    ActivationError, CallLimits, Category, CompiledPolicy, Hook, JobSelector, LabelExpression,
-    PolicyEngine, PolicyManifest, PolicyMode, PolicySet, Registry, SandboxLimits, SelectorOperator,
-    WasmPolicies, activate, activate_checked, defaults,
+    ActivationError, ActivePolicy, BreakerConfig, Breakers, CallLimits, Category, CompiledPolicy,
+    Hook, JobSelector, LabelExpression, PolicyEngine, PolicyManifest, PolicyMode, PolicySet,
+    Registry, SandboxLimits, SelectorOperator, WasmPolicies, activate, activate_checked, defaults,
 };
 
 fn engine() -> &'static Arc<PolicyEngine> {
@@ -1089,4 +1090,239 @@ fn a_recheck_time_is_checked_like_any_output() {
     let (result, kept) = classify(json!("9000-01-01T00:00:00Z"));
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(kept, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Circuit breakers
+// ---------------------------------------------------------------------------------------------
+
+/// `hostile` in `mode` as a decoration policy called `name`.
+fn hostile_decoration(
+    name: &str,
+    mode: &str,
+    edit: impl FnOnce(&mut PolicyManifest),
+) -> ActivePolicy {
+    let mut manifest = PolicyManifest {
+        name: name.to_owned(),
+        hooks: vec![Hook::Decorate],
+        settings: json!({ "mode": mode }),
+        ..PolicyManifest::default()
+    };
+    edit(&mut manifest);
+    activate(engine(), manifest, HOSTILE_POLICY_WASM).expect("activates")
+}
+
+/// The default decoration policy, which sets `TFJOB_NAME` on every container.
+fn default_decoration() -> ActivePolicy {
+    let d = defaults::for_hook(Hook::Decorate);
+    activate(engine(), defaults::manifest(d), d.wasm).expect("the default activates")
+}
+
+/// `policies` with their metrics counted, breakers tripping after `threshold` failures and
+/// staying open for an hour (no test waits for one to close), and a reader of the metrics:
+/// the sum of the samples of a family whose labels contain every one of `labels`.
+fn with_breakers(
+    policies: WasmPolicies,
+    threshold: u32,
+) -> (WasmPolicies, Breakers, impl Fn(&str, &[&str]) -> f64) {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    let policy_metrics = tfjob_policy_engine::PolicyMetrics::register(&mut metrics);
+    let breakers = Breakers::new(BreakerConfig {
+        threshold,
+        first_open: Duration::from_secs(3600),
+        max_open: Duration::from_secs(3600),
+    });
+    let policies = policies
+        .with_metrics(policy_metrics)
+        .with_breakers(breakers.clone());
+    let sample = move |family: &str, labels: &[&str]| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .filter(|l| labels.iter().all(|label| l.contains(label)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (policies, breakers, sample)
+}
+
+fn policies_of(set: Vec<ActivePolicy>) -> (WasmPolicies, Arc<Registry>) {
+    let registry = Arc::new(Registry::new(PolicySet::new(set)));
+    (
+        WasmPolicies::new(Arc::clone(engine()), Arc::clone(&registry)),
+        registry,
+    )
+}
+
+fn decorated_by_default(pod: &Pod) -> bool {
+    pod.spec.as_ref().unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .any(|e| e.name == "TFJOB_NAME")
+}
+
+#[test]
+fn a_policy_that_keeps_failing_trips_its_breaker_and_is_no_longer_called() {
+    use tfjob_policy_engine::FailurePolicy;
+    let ignored = |m: &mut PolicyManifest| m.failure_policy = FailurePolicy::Ignore;
+    let (policies, registry) = policies_of(vec![
+        hostile_decoration("looper", "loop", ignored),
+        default_decoration(),
+    ]);
+    let (policies, breakers, sample) = with_breakers(policies, 3);
+    let calls = || sample("tfjob_policy_evaluations_total", &[r#"policy="looper""#]);
+
+    // Each call runs into the deadline; the pods are made without the policy.
+    for call in 1..=3 {
+        let shaped = policies.shape_pod(&ctx(), base_pod()).expect("ignored");
+        assert_eq!(shaped.skipped.len(), 1);
+        assert_eq!(shaped.skipped[0].category, Category::Timeout, "call {call}");
+        assert!(decorated_by_default(&shaped.pod));
+        assert!(shaped.notes.iter().all(|n| n.reason != "PolicyTripped"));
+    }
+    assert_eq!(calls(), 3.0);
+    let tripped = breakers.tripped();
+    assert_eq!(tripped.len(), 1, "{tripped:?}");
+    assert_eq!(tripped[0].key.name, "looper");
+    assert_eq!(
+        (tripped[0].category, tripped[0].failures, tripped[0].trips),
+        (Category::Timeout, 3, 1)
+    );
+    assert_eq!(
+        sample("tfjob_policy_breaker_open", &[r#"policy="looper""#]),
+        1.0
+    );
+    assert_eq!(
+        sample("tfjob_policy_breaker_trips_total", &[r#"policy="looper""#]),
+        1.0
+    );
+
+    // Tripped: not called any more, by this seam or a pinned view of it (one set of breakers),
+    // and the other policies still shape every pod.
+    let pinned = policies.pinned().expect("a pinned view");
+    for view in [&policies as &dyn PodPolicies, pinned.as_ref()] {
+        for _ in 0..5 {
+            let shaped = view.shape_pod(&ctx(), base_pod()).expect("still ignored");
+            assert!(decorated_by_default(&shaped.pod));
+            assert!(
+                shaped
+                    .applied
+                    .iter()
+                    .any(|a| a.starts_with("default-decorate@"))
+            );
+            assert_eq!(shaped.skipped.len(), 1);
+            let skipped = &shaped.skipped[0];
+            assert_eq!(skipped.category, Category::Tripped, "{skipped}");
+            assert!(skipped.policy.starts_with("looper@"), "{skipped}");
+            assert!(
+                skipped
+                    .message
+                    .contains("is tripped after 3 consecutive timeout failures"),
+                "{skipped}"
+            );
+            assert!(skipped.message.contains("tried again at"), "{skipped}");
+            let note = shaped
+                .notes
+                .iter()
+                .find(|n| n.reason == "PolicyTripped")
+                .expect("a PolicyTripped note");
+            assert!(note.warning);
+            assert_eq!(note.key, "breaker-open", "one event per job, not per pod");
+            assert_eq!(note.policy, skipped.policy);
+        }
+    }
+    assert_eq!(calls(), 3.0, "a tripped policy is not called");
+    assert_eq!(
+        sample(
+            "tfjob_policy_errors_total",
+            &[r#"policy="looper""#, r#"category="tripped""#]
+        ),
+        10.0
+    );
+
+    // A new version (other settings) starts with a closed breaker: it is called again.
+    registry.swap(PolicySet::new([
+        hostile_decoration("looper", "panic", ignored),
+        default_decoration(),
+    ]));
+    let shaped = policies.shape_pod(&ctx(), base_pod()).expect("ignored");
+    assert_eq!(shaped.skipped[0].category, Category::Trap);
+    assert_eq!(calls(), 4.0);
+    assert!(breakers.tripped().is_empty(), "{:?}", breakers.tripped());
+    assert_eq!(
+        sample("tfjob_policy_breaker_open", &[r#"policy="looper""#]),
+        0.0
+    );
+}
+
+#[test]
+fn a_tripped_policy_under_fail_fails_the_pod_as_tripped() {
+    let (policies, _) = policies_of(vec![hostile_decoration("crasher", "panic", |_| {})]);
+    let (policies, _, sample) = with_breakers(policies, 2);
+    for _ in 0..2 {
+        let err = policies.shape_pod(&ctx(), base_pod()).unwrap_err();
+        assert_eq!(err.category, Category::Trap, "{err}");
+    }
+    for _ in 0..3 {
+        let err = policies.shape_pod(&ctx(), base_pod()).unwrap_err();
+        assert_eq!(err.category, Category::Tripped, "{err}");
+        assert!(err.policy.starts_with("crasher@"), "{err}");
+        assert!(
+            err.message
+                .contains("is tripped after 2 consecutive trap failures"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        sample("tfjob_policy_evaluations_total", &[r#"policy="crasher""#]),
+        2.0
+    );
+}
+
+#[test]
+fn a_shadow_policy_trips_its_own_breaker_not_its_enforced_namesakes() {
+    let (policies, _) = policies_of(vec![
+        hostile_decoration("twin", "ok", |_| {}),
+        hostile_decoration("twin", "panic", |m| m.mode = PolicyMode::Shadow),
+    ]);
+    let (policies, breakers, sample) = with_breakers(policies, 2);
+    for call in 0..5 {
+        let shaped = policies
+            .shape_pod(&ctx(), base_pod())
+            .expect("the shadow changes nothing");
+        assert!(
+            shaped.applied.iter().any(|a| a.starts_with("twin@")),
+            "the enforced twin keeps being applied: {:?}",
+            shaped.applied
+        );
+        let reasons: Vec<&str> = shaped.notes.iter().map(|n| n.reason.as_str()).collect();
+        let expected = if call < 2 {
+            "PolicyShadowFailed"
+        } else {
+            "PolicyTripped"
+        };
+        assert_eq!(reasons, vec![expected], "call {call}");
+        if call >= 2 {
+            assert_eq!(shaped.notes[0].key, "shadow/breaker-open");
+        }
+    }
+    let tripped = breakers.tripped();
+    assert_eq!(tripped.len(), 1);
+    assert_eq!(tripped[0].key.mode, PolicyMode::Shadow);
+    assert_eq!(
+        sample(
+            "tfjob_policy_evaluations_total",
+            &[r#"policy="twin""#, r#"mode="Shadow""#]
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            "tfjob_policy_evaluations_total",
+            &[r#"policy="twin""#, r#"mode="Enforce""#]
+        ),
+        5.0
+    );
 }

@@ -78,6 +78,9 @@ pub struct Composition {
     pub unavailable: Vec<UnavailablePolicy>,
     /// The status each ConfigMap should carry.
     pub statuses: BTreeMap<SourceKey, PolicyStatus>,
+    /// The ConfigMaps whose policy serves, with the version serving: a breaker of that version
+    /// (its name, mode and fingerprint) is reported on that ConfigMap.
+    pub serving: BTreeMap<SourceKey, Arc<ActivePolicy>>,
 }
 
 /// The ConfigMaps beyond `max` in their namespace: each namespace keeps its `max` oldest
@@ -237,6 +240,7 @@ impl Sources {
                         scope: None,
                         granted: None,
                         signed_by: None,
+                        breaker: None,
                     }
                 }
             };
@@ -258,15 +262,20 @@ impl Sources {
             .filter(|d| !winners.contains_key(&(d.name().to_owned(), PolicyMode::Enforce)))
             .cloned()
             .collect();
+        let serving: BTreeMap<SourceKey, Arc<ActivePolicy>> = winners
+            .values()
+            .filter_map(|(k, s)| Some(((*k).clone(), Arc::clone(&s.serving.as_ref()?.policy))))
+            .collect();
         active.extend(
             winners
                 .values()
-                .map(|(_, s)| Arc::clone(&s.serving.as_ref().expect("winners serve").policy)),
+                .filter_map(|(_, s)| Some(Arc::clone(&s.serving.as_ref()?.policy))),
         );
         Composition {
             active,
             unavailable,
             statuses,
+            serving,
         }
     }
 }
@@ -431,6 +440,11 @@ mod tests {
         assert_eq!(c.active.len(), 1);
         assert!(Arc::ptr_eq(&c.active[0], &new));
         assert_eq!(c.statuses[&key("v2")].state, PolicyState::Active);
+        assert_eq!(
+            c.serving.keys().collect::<Vec<_>>(),
+            vec![&key("v2")],
+            "only the serving ConfigMap reports the breaker"
+        );
         let superseded = &c.statuses[&key("v1")];
         assert_eq!(superseded.state, PolicyState::Superseded);
         assert!(

@@ -2,6 +2,9 @@
 //! the async executor, swaps the registry snapshot, and writes each ConfigMap's status
 //! annotation and events.
 //!
+//! The sync also reports the circuit breakers of the versions it serves: when one trips or
+//! closes, the ConfigMap's status says so (its `breaker` field) and an event marks the change.
+//!
 //! Level-based: every change re-reads the whole set of ConfigMaps from the watch caches and
 //! compares it with what was loaded, so a missed or reordered event cannot leave a stale policy
 //! serving; only content that changed is loaded again.
@@ -21,7 +24,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tfjob_planner::call_watch::CallWatch;
-use tfjob_policy_engine::configmap::{self, POLICY_LABEL, PolicyState, STATUS_ANNOTATION};
+use tfjob_policy_engine::breaker::{BreakerKey, Breakers, TrippedPolicy};
+use tfjob_policy_engine::configmap::{
+    self, BreakerStatus, POLICY_LABEL, PolicyState, STATUS_ANNOTATION,
+};
 use tfjob_policy_engine::signature::{KeyId, TrustedKeys};
 use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicyManifest, PolicySet, Registry};
 use tokio::sync::watch;
@@ -52,6 +58,9 @@ pub struct SyncConfig {
     /// loads and serves policies like the leader, so a takeover finds them compiled, but
     /// writes no status annotation or event; it brings them up to date when it takes over.
     pub leading: watch::Receiver<bool>,
+    /// The policies' circuit breakers, shared with the seam that calls the policies: a tripped
+    /// one is reported on the ConfigMap of the version it is about.
+    pub breakers: Breakers,
 }
 
 /// The default of [`SyncConfig::max_per_namespace`].
@@ -84,6 +93,10 @@ pub struct PolicySync {
     statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
     /// The key that verified the version each ConfigMap serves (absent: no trusted keys).
     signers: BTreeMap<SourceKey, KeyId>,
+    /// The ConfigMaps whose policy serves, with the version: whose breaker each reports.
+    serving: BTreeMap<SourceKey, Arc<ActivePolicy>>,
+    /// Whether each ConfigMap was last reported with a tripped breaker, so events mark changes.
+    breaker_reported: BTreeMap<SourceKey, bool>,
     /// Loads that may run at once: one per core.
     load_slots: Arc<tokio::sync::Semaphore>,
 }
@@ -106,6 +119,8 @@ impl PolicySync {
             reported: BTreeMap::new(),
             statuses: BTreeMap::new(),
             signers: BTreeMap::new(),
+            serving: BTreeMap::new(),
+            breaker_reported: BTreeMap::new(),
             load_slots: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(1, usize::from),
             )),
@@ -139,9 +154,20 @@ impl PolicySync {
         tokio::pin!(shutdown);
         let mut synced_once = false;
         let mut leading = self.config.leading.clone();
+        let mut breakers = self.config.breakers.changes();
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
+                // A breaker tripped or closed: the statuses say so (nothing to load).
+                Ok(()) = breakers.changed(), if synced_once => {
+                    breakers.mark_unchanged();
+                    if *self.config.leading.borrow() {
+                        let observed: Vec<Arc<ConfigMap>> =
+                            stores.iter().flat_map(|s| s.state()).collect();
+                        self.report_all(&observed).await;
+                    }
+                    continue;
+                }
                 // Taking over: write the statuses a standby left alone.
                 Ok(()) = leading.changed(), if synced_once => {
                     if *leading.borrow_and_update() {
@@ -241,6 +267,7 @@ impl PolicySync {
             self.sources.remove(&key);
             self.reported.remove(&key);
             self.signers.remove(&key);
+            self.breaker_reported.remove(&key);
             changed = true;
         }
         if changed {
@@ -261,12 +288,34 @@ impl PolicySync {
         if !*self.config.leading.borrow() {
             return;
         }
-        for cm in &observed {
+        self.report_all(&observed).await;
+    }
+
+    /// Brings every observed ConfigMap's status and events up to date, with the breakers as
+    /// they are now.
+    async fn report_all(&mut self, observed: &[Arc<ConfigMap>]) {
+        let tripped = self.config.breakers.tripped();
+        for cm in observed {
             let key = source_key(cm);
             if let Some(status) = self.statuses.get(&key).cloned() {
+                let status = configmap::PolicyStatus {
+                    breaker: self.breaker_of(&key, &tripped),
+                    ..status
+                };
                 self.report(cm, &key, &status).await;
             }
         }
+    }
+
+    /// The breaker of the version `key` serves, if it is tripped.
+    fn breaker_of(&self, key: &SourceKey, tripped: &[TrippedPolicy]) -> Option<BreakerStatus> {
+        let policy = self.serving.get(key)?;
+        let breaker = BreakerKey::of(policy);
+        let fingerprint = policy.fingerprint();
+        tripped
+            .iter()
+            .find(|t| t.key == breaker && t.fingerprint == fingerprint)
+            .map(BreakerStatus::of)
     }
 
     /// Composes the sources into a new snapshot and swaps it in.
@@ -276,7 +325,11 @@ impl PolicySync {
             composition.active.iter().map(Arc::clone),
             composition.unavailable,
         ));
-        self.metrics.swapped(&self.registry.snapshot());
+        let snapshot = self.registry.snapshot();
+        self.metrics.swapped(&snapshot);
+        // A replaced version's breaker goes with it: the new one starts closed.
+        self.config.breakers.retain_serving(&snapshot);
+        self.serving = composition.serving;
         // Modules that no version serves or could serve again (a deleted ConfigMap, a version
         // replaced by the next) leave the compile cache.
         let dropped = self.engine.evict_unused();
@@ -418,7 +471,8 @@ impl PolicySync {
         }
     }
 
-    /// Writes the status annotation when it changed, and an event when the state changed.
+    /// Writes the status annotation when it changed, and an event when the state or the
+    /// breaker changed.
     async fn report(&mut self, cm: &ConfigMap, key: &SourceKey, status: &configmap::PolicyStatus) {
         let text = status.to_annotation();
         let current = cm.annotations().get(STATUS_ANNOTATION);
@@ -432,6 +486,7 @@ impl PolicySync {
                 tracing::warn!(configmap = %key, error = %e, "could not write the policy status");
             }
         }
+        self.report_breaker(cm, key, status.breaker.as_ref()).await;
         let now_reported = (status.state, status.error.clone());
         if self.reported.get(key) == Some(&now_reported) {
             return;
@@ -457,7 +512,42 @@ impl PolicySync {
             ),
         };
         self.reported.insert(key.clone(), now_reported);
-        self.publish(cm, key, type_, reason, &note).await;
+        self.publish(cm, key, ("LoadPolicy", type_, reason), &note)
+            .await;
+    }
+
+    /// An event when the breaker of the version `key` serves tripped or closed.
+    async fn report_breaker(
+        &mut self,
+        cm: &ConfigMap,
+        key: &SourceKey,
+        breaker: Option<&BreakerStatus>,
+    ) {
+        let was = self
+            .breaker_reported
+            .insert(key.clone(), breaker.is_some())
+            .unwrap_or(false);
+        let policy = self.serving.get(key).map(|p| p.label()).unwrap_or_default();
+        let (type_, reason, note) = match (was, breaker) {
+            (false, Some(b)) => (
+                "Warning",
+                "PolicyTripped",
+                format!(
+                    "policy {policy} failed {} times in a row ({}): its circuit breaker is \
+                     open and it is not called until a trial call from {} on succeeds; its \
+                     failure policy applies meanwhile",
+                    b.failures, b.category, b.retry_at
+                ),
+            ),
+            (true, None) => (
+                "Normal",
+                "PolicyRecovered",
+                format!("the circuit breaker of policy {policy} closed: it is called again"),
+            ),
+            _ => return,
+        };
+        self.publish(cm, key, ("EvaluatePolicy", type_, reason), &note)
+            .await;
     }
 
     /// Records an event on the ConfigMap. Each is its own object (no series): two rejections
@@ -466,8 +556,7 @@ impl PolicySync {
         &self,
         cm: &ConfigMap,
         key: &SourceKey,
-        type_: &str,
-        reason: &str,
+        (action, type_, reason): (&str, &str, &str),
         note: &str,
     ) {
         let now = Timestamp::now();
@@ -478,7 +567,7 @@ impl PolicySync {
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(now)),
-            action: Some("LoadPolicy".into()),
+            action: Some(action.into()),
             reason: Some(reason.into()),
             note: Some(tfjob_api::text::prefix(note, 1024).to_owned()),
             type_: Some(type_.into()),
