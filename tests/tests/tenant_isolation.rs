@@ -104,23 +104,28 @@ fn pods_in(c: &Cluster, namespace: &str) -> usize {
         .count()
 }
 
+/// The kubectl arguments that print the status annotation of every policy ConfigMap in
+/// `namespace`, one per line.
+fn policy_statuses(namespace: &str) -> [&str; 8] {
+    [
+        "get",
+        "configmaps",
+        "-n",
+        namespace,
+        "-l",
+        configmap::POLICY_SELECTOR,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.annotations.policy\\.tfjob\\.dev/status}{\"\\n\"}{end}",
+    ]
+}
+
 /// Creates the policies and waits until all of them serve.
 fn install_policies(c: &Cluster, dir: &tempfile::TempDir, count: usize, settings: Value) {
     let path = file(dir, "policies.yaml", &hostile_policies(count, &settings));
     c.ok(&["create", "-f", &path]);
-    c.until(
-        &[
-            "get",
-            "configmaps",
-            "-n",
-            HOSTILE,
-            "-l",
-            configmap::POLICY_SELECTOR,
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.annotations.policy\\.tfjob\\.dev/status}{\"\\n\"}{end}",
-        ],
-        |statuses| statuses.matches("\"state\":\"Active\"").count() == count,
-    );
+    c.until(&policy_statuses(HOSTILE), |statuses| {
+        statuses.matches("\"state\":\"Active\"").count() == count
+    });
 }
 
 /// Submits team-b's 5 jobs of 4 workers and checks that its 20 pods exist within
@@ -185,6 +190,16 @@ fn looping_policies_of_one_team_do_not_hold_up_another_teams_pods() {
     });
     let events = event_reasons(&c, HOSTILE);
     assert!(events.contains("PolicyIgnored"), "{events}");
+    // Its policies were tripped: no longer called, their failure policy applied, and both the
+    // ConfigMaps and the jobs say so.
+    c.until(&policy_statuses(HOSTILE), |statuses| {
+        statuses
+            .matches("\"breaker\":{\"state\":\"Tripped\"")
+            .count()
+            == 8
+    });
+    let events = event_reasons(&c, HOSTILE);
+    assert!(events.contains("PolicyTripped"), "{events}");
     assert_eq!(pods_in(&c, QUIET), 20);
 }
 
