@@ -21,6 +21,10 @@ use crate::outcome::Outcome;
 use crate::workqueue::QueueKey;
 
 /// Reconciles one TFJob (or reports one that cannot be read), once it has a seat.
+///
+/// Every request kube-runtime dispatches waits here for its seat, thousands at once when jobs
+/// come in bulk, so the waiting future is kept small: the reconcile itself, whose future holds
+/// the plan and every write in flight, is allocated only once seated.
 pub async fn reconcile(
     guard: Arc<DeserializeGuard<TFJob>>,
     ctx: Arc<Context>,
@@ -33,20 +37,40 @@ pub async fn reconcile(
         let _worker = ctx.metrics.worker(key);
         return Ok(Action::await_change());
     }
+    // While it waits, the request holds the job's reference, not the job: the cache moves on
+    // and a copy kept here for every waiting request would be a second cache.
+    let waiting = match &ctx.jobs {
+        Some(_) => Waiting::Job(ObjectRef::from_obj(&*guard)),
+        None => Waiting::Given(guard),
+    };
     let _seat = ctx
         .seats
         .take(key.namespace.as_deref().unwrap_or_default())
         .await;
+    Box::pin(seated(waiting, ctx, key)).await
+}
+
+/// What a request waiting for its seat keeps of its job.
+enum Waiting {
+    /// The job to read afresh from the controller's cache once seated.
+    Job(ObjectRef<DeserializeGuard<TFJob>>),
+    /// The job as given, in contexts without a cache.
+    Given(Arc<DeserializeGuard<TFJob>>),
+}
+
+/// The reconcile of a request that holds a seat.
+async fn seated(waiting: Waiting, ctx: Arc<Context>, key: QueueKey) -> Result<Action, Error> {
     // The request waited in the queue until now: its worker starts here.
     let worker = ctx.metrics.worker(key);
     // The wait may have been long: reconcile the job as it is now, or not at all if it is gone
     // (its pods and services go with it by their owner references).
-    let guard = match &ctx.jobs {
-        Some(jobs) => match jobs.get(&ObjectRef::from_obj(&*guard)) {
-            Some(fresh) => fresh,
-            None => return Ok(Action::await_change()),
-        },
-        None => guard,
+    let fresh = match (waiting, &ctx.jobs) {
+        (Waiting::Job(job), Some(jobs)) => jobs.get(&job),
+        (Waiting::Job(_), None) => None,
+        (Waiting::Given(guard), _) => Some(guard),
+    };
+    let Some(guard) = fresh else {
+        return Ok(Action::await_change());
     };
     if !ctx.leadership.is_leading() {
         return Ok(Action::await_change());
@@ -221,4 +245,29 @@ async fn report_invalid(invalid: &InvalidObject, ctx: &Context) {
 
 fn job_key(job: &TFJob) -> (String, String) {
     (job.namespace().unwrap_or_default(), job.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, without calling it.
+    fn future_size<A, B, F: Future>(_: impl Fn(A, B) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_request_waiting_for_its_seat_is_small() {
+        let waiting = future_size(reconcile);
+        let seated = future_size(|guard: Arc<DeserializeGuard<TFJob>>, ctx: Arc<Context>| {
+            let key = QueueKey {
+                namespace: None,
+                name: String::new(),
+            };
+            seated(Waiting::Given(guard), ctx, key)
+        });
+        println!("waiting for a seat: {waiting} bytes; seated: {seated} bytes");
+        assert!(waiting <= 512, "{waiting} bytes per waiting request");
+        assert!(seated > waiting, "the reconcile itself is boxed apart");
+    }
 }
