@@ -76,6 +76,20 @@ fn job(namespace: &str, name: &str, workers: usize) -> Value {
     })
 }
 
+/// Writes `count` jobs `<prefix>-<i>` of `workers` workers into `namespace`; returns their pods.
+fn submit(store: &Store, namespace: &str, prefix: &str, count: usize, workers: usize) -> usize {
+    let tfjobs = store
+        .resource("kubeflow.org", "tfjobs")
+        .expect("served type");
+    for i in 0..count {
+        let name = format!("{prefix}-{i:03}");
+        store
+            .create(&tfjobs, Some(namespace), job(namespace, &name, workers))
+            .expect("the job is stored");
+    }
+    count * workers
+}
+
 fn looping_policy(i: usize) -> Value {
     let manifest = PolicyManifest {
         name: format!("hostile-{i}"),
@@ -134,7 +148,6 @@ fn run(runtime: &tokio::runtime::Runtime, attack: Attack) -> (Option<Duration>, 
         cluster.requests().snapshot().count(Verb::Watch, "tfjobs") > 0
     })
     .expect("the operator watches TFJobs");
-    let tfjobs = store.resource("kubeflow.org", "tfjobs").unwrap();
     // Team-a's time runs from its first job.
     let mut attack_started = Instant::now();
     let hostile_pods = match attack {
@@ -149,32 +162,13 @@ fn run(runtime: &tokio::runtime::Runtime, attack: Attack) -> (Option<Duration>, 
             wait(Instant::now(), || active_policies(&store) == 8)
                 .expect("the looping policies serve");
             attack_started = Instant::now();
-            for i in 0..60 {
-                let name = format!("attack-{i:02}");
-                store
-                    .create(&tfjobs, Some(HOSTILE), job(HOSTILE, &name, 8))
-                    .unwrap();
-            }
-            480
+            submit(&store, HOSTILE, "attack", 60, 8)
         }
-        Attack::JobFlood => {
-            for i in 0..400 {
-                let name = format!("flood-{i:03}");
-                store
-                    .create(&tfjobs, Some(HOSTILE), job(HOSTILE, &name, 1))
-                    .unwrap();
-            }
-            400
-        }
+        Attack::JobFlood => submit(&store, HOSTILE, "flood", 400, 1),
     };
     let submitted = Instant::now();
-    for i in 0..5 {
-        let name = format!("quiet-{i}");
-        store
-            .create(&tfjobs, Some(QUIET), job(QUIET, &name, 4))
-            .unwrap();
-    }
-    let quiet = wait(submitted, || pods(&store, QUIET) == 20);
+    let quiet_pods = submit(&store, QUIET, "quiet", 5, 4);
+    let quiet = wait(submitted, || pods(&store, QUIET) == quiet_pods);
     let hostile = wait(attack_started, || pods(&store, HOSTILE) == hostile_pods);
     drop(cluster);
     (quiet, hostile)

@@ -400,7 +400,7 @@ pub fn compare(
             .all()
             .iter()
             .cloned()
-            .chain([Arc::new(clone_active(candidate))]),
+            .chain([Arc::new(ActivePolicy::clone(candidate))]),
         current.unavailable().to_vec(),
     );
     // No breakers: every pod is evaluated, so a failing candidate is counted on each with its
@@ -436,17 +436,6 @@ pub fn compare(
         }
     }
     report
-}
-
-/// The candidate again, as a set member of its own (sets hold shared policies).
-fn clone_active(p: &ActivePolicy) -> ActivePolicy {
-    ActivePolicy {
-        manifest: p.manifest.clone(),
-        settings: p.settings.clone(),
-        allowed: p.allowed.clone(),
-        limits: p.limits.clone(),
-        compiled: Arc::clone(&p.compiled),
-    }
 }
 
 fn job_diff(

@@ -479,7 +479,7 @@ impl Breakers {
                 trial: None,
             });
         }
-        self.admit_at(BreakerKey::of(p), &p.fingerprint(), Instant::now())
+        self.admit_at(BreakerKey::of(p), p.fingerprint(), Instant::now())
     }
 
     /// Records the outcome of a call of `p` admitted with `ticket`: `None` for a success.
@@ -552,7 +552,7 @@ impl Breakers {
         let serving: BTreeMap<BreakerKey, String> = set
             .all()
             .iter()
-            .map(|p| (BreakerKey::of(p), p.fingerprint()))
+            .map(|p| (BreakerKey::of(p), p.fingerprint().to_owned()))
             .collect();
         let mut reset = Vec::new();
         self.table().retain(|key, breaker| {

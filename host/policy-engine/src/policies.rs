@@ -594,7 +594,7 @@ impl PodPolicies for WasmPolicies {
                 let policies = set
                     .enforced(Hook::Classify, &ctx.namespace, &ctx.job_labels)
                     .chain(set.shadowing(Hook::Classify, &ctx.namespace, &ctx.job_labels))
-                    .map(|p| p.fingerprint())
+                    .map(|p| p.fingerprint().to_owned())
                     .collect();
                 let mut cache = self.cache();
                 let key = VerdictKey {

@@ -285,7 +285,7 @@ impl From<ActivationError> for EvalError {
 }
 
 /// A policy ready to run.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ActivePolicy {
     pub manifest: PolicyManifest,
     /// `manifest.settings` as JSON text, as the guest receives it.
@@ -294,9 +294,35 @@ pub struct ActivePolicy {
     /// Its deadline and memory cap per call: the operator's, or the manifest's smaller ones.
     pub limits: CallLimits,
     pub compiled: Arc<CompiledPolicy>,
+    /// [`ActivePolicy::fingerprint`], hashed once: every call asks for it (its breaker, the
+    /// verdict cache).
+    fingerprint: String,
 }
 
 impl ActivePolicy {
+    /// A policy of `compiled` with `settings` (the manifest's, as JSON text).
+    pub fn new(
+        manifest: PolicyManifest,
+        settings: String,
+        allowed: AllowedPaths,
+        limits: CallLimits,
+        compiled: Arc<CompiledPolicy>,
+    ) -> ActivePolicy {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(compiled.digest.as_bytes());
+        h.update([0]);
+        h.update(settings.as_bytes());
+        ActivePolicy {
+            manifest,
+            settings,
+            allowed,
+            limits,
+            compiled,
+            fingerprint: hex::encode(h.finalize()),
+        }
+    }
+
     /// `name@short-digest`, as recorded on pods and in messages.
     pub fn label(&self) -> String {
         format!("{}@{}", self.manifest.name, self.compiled.short_digest())
@@ -308,13 +334,8 @@ impl ActivePolicy {
 
     /// What its decisions depend on besides their inputs: the module and the settings, as a
     /// hex sha256. Two activations of the same module with the same settings decide alike.
-    pub fn fingerprint(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        h.update(self.compiled.digest.as_bytes());
-        h.update([0]);
-        h.update(self.settings.as_bytes());
-        hex::encode(h.finalize())
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     pub fn runs(&self, hook: Hook) -> bool {
@@ -372,13 +393,9 @@ pub fn activate_checked(
         .limited(limits.clone())
         .validate_settings(&compiled, &manifest.name, &settings)
         .map_err(ActivationError::Settings)?;
-    Ok(ActivePolicy {
-        manifest,
-        settings,
-        allowed,
-        limits,
-        compiled,
-    })
+    Ok(ActivePolicy::new(
+        manifest, settings, allowed, limits, compiled,
+    ))
 }
 
 /// A configured policy that never loaded: nothing serves its name, so the jobs it selects

@@ -306,13 +306,9 @@ mod tests {
         let mut manifest = base.manifest.clone();
         manifest.name = name.to_owned();
         manifest.mode = mode;
-        Arc::new(ActivePolicy {
-            manifest,
-            settings: base.settings.clone(),
-            allowed: base.allowed.clone(),
-            limits: base.limits.clone(),
-            compiled: Arc::clone(&base.compiled),
-        })
+        let mut policy = ActivePolicy::clone(base);
+        policy.manifest = manifest;
+        Arc::new(policy)
     }
 
     #[test]
