@@ -38,11 +38,9 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     // While it waits, the request holds the job's reference, not the job: the cache moves on
-    // and a copy kept here for every waiting request would be a second cache.
-    let waiting = match &ctx.jobs {
-        Some(_) => Waiting::Job(ObjectRef::from_obj(&*guard)),
-        None => Waiting::Given(guard),
-    };
+    // and a copy kept here for every waiting request would be a second cache. The guard is
+    // moved in, so the parameter (which an async fn otherwise keeps to its end) holds nothing.
+    let waiting = Waiting::of(guard, ctx.jobs.is_some());
     let _seat = ctx
         .seats
         .take(key.namespace.as_deref().unwrap_or_default())
@@ -56,6 +54,18 @@ enum Waiting {
     Job(ObjectRef<DeserializeGuard<TFJob>>),
     /// The job as given, in contexts without a cache.
     Given(Arc<DeserializeGuard<TFJob>>),
+}
+
+impl Waiting {
+    /// What to keep of `guard` while waiting: only its reference when the job can be read
+    /// afresh from a cache. `guard` is consumed, and with it this request's hold on the job.
+    fn of(guard: Arc<DeserializeGuard<TFJob>>, cached: bool) -> Waiting {
+        if cached {
+            Waiting::Job(ObjectRef::from_obj(&*guard))
+        } else {
+            Waiting::Given(guard)
+        }
+    }
 }
 
 /// The reconcile of a request that holds a seat.
@@ -269,5 +279,66 @@ mod tests {
         println!("waiting for a seat: {waiting} bytes; seated: {seated} bytes");
         assert!(waiting <= 512, "{waiting} bytes per waiting request");
         assert!(seated > waiting, "the reconcile itself is boxed apart");
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_for_its_seat_does_not_keep_its_job() {
+        use crate::event_recorder::EventRecorder;
+        use crate::metrics::Metrics;
+        use crate::owner_index;
+        use crate::seats::{SeatLimits, Seats};
+        use http::{Request, Response};
+        use kube::client::Body;
+        use kube::runtime::events::Reporter;
+        use prometheus_client::registry::Registry;
+        use tfjob_planner::Settings;
+        use tfjob_planner::native::NativePolicies;
+
+        // A client that is never called: the request never gets a seat.
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let (pods, _pod_writer) = owner_index::cache();
+        let (services, _service_writer) = owner_index::cache();
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let (jobs, _job_writer) = kube::runtime::reflector::store();
+        let seats = Seats::new(SeatLimits::new(1));
+        let ctx = Arc::new(
+            Context::new(
+                client.clone(),
+                pods,
+                services,
+                EventRecorder::new(client, reporter),
+                Metrics::register(&mut Registry::default()),
+                Settings::default(),
+                Arc::new(NativePolicies::default()),
+            )
+            .with_seats(seats.clone())
+            .with_jobs(jobs),
+        );
+        let _only_seat = seats.take("ml").await;
+
+        let job: TFJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "metadata": {"name": "a", "namespace": "ml", "uid": "uid-a"},
+            "spec": {"tfReplicaSpecs": {}}
+        }))
+        .expect("a TFJob");
+        let guard = Arc::new(DeserializeGuard(Ok(job)));
+        let held = Arc::downgrade(&guard);
+        let mut request = Box::pin(reconcile(guard, ctx));
+        assert!(
+            futures::poll!(&mut request).is_pending(),
+            "waits for its seat"
+        );
+        // The cache's copy is the job's only home while the request waits: a waiting request
+        // that kept the version it was dispatched with would pin an old copy of every job.
+        assert!(
+            held.upgrade().is_none(),
+            "the waiting request keeps the job"
+        );
     }
 }
