@@ -186,16 +186,40 @@ fn by_name<K: Resource>(mut objects: Vec<K>) -> Vec<K> {
 }
 
 #[cfg(test)]
+impl Context {
+    /// A context for unit tests whose client is never called (a call gets an error), with
+    /// native policies and default settings.
+    pub(crate) fn offline(pods: OwnedCache<Pod>, services: OwnedCache<Service>) -> Context {
+        use http::{Request, Response};
+        use kube::client::Body;
+        use kube::runtime::events::Reporter;
+        use prometheus_client::registry::Registry;
+        use tfjob_planner::native::NativePolicies;
+
+        let (service, _unanswered) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        Context::new(
+            client.clone(),
+            pods,
+            services,
+            EventRecorder::new(client, reporter),
+            Metrics::register(&mut Registry::default()),
+            Settings::default(),
+            Arc::new(NativePolicies::default()),
+        )
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Request, Response};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::api::ObjectMeta;
-    use kube::client::Body;
-    use kube::runtime::events::Reporter;
     use kube::runtime::watcher;
-    use prometheus_client::registry::Registry;
-    use tfjob_planner::native::NativePolicies;
 
     use crate::backoff::{API_FIRST_RETRY, FIRST_RETRY};
     use crate::owner_index;
@@ -227,24 +251,10 @@ mod tests {
 
     #[tokio::test]
     async fn pods_of_reads_the_jobs_own_pods_through_the_index() {
-        // A client that is never called: a lookup is no API request.
-        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(service, "default");
+        // A lookup is no API request: the context's client is never called.
         let (pods, mut pod_writer) = owner_index::cache();
         let (services, _service_writer) = owner_index::cache();
-        let reporter = Reporter {
-            controller: "test".into(),
-            instance: None,
-        };
-        let ctx = Context::new(
-            client.clone(),
-            pods,
-            services,
-            EventRecorder::new(client, reporter),
-            Metrics::register(&mut Registry::default()),
-            Settings::default(),
-            Arc::new(NativePolicies::default()),
-        );
+        let ctx = Context::offline(pods, services);
         for event in [
             watcher::Event::Init,
             watcher::Event::InitApply(pod("a-worker-1", "a")),

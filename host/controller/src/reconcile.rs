@@ -283,40 +283,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_waiting_for_its_seat_does_not_keep_its_job() {
-        use crate::event_recorder::EventRecorder;
-        use crate::metrics::Metrics;
         use crate::owner_index;
         use crate::seats::{SeatLimits, Seats};
-        use http::{Request, Response};
-        use kube::client::Body;
-        use kube::runtime::events::Reporter;
-        use prometheus_client::registry::Registry;
-        use tfjob_planner::Settings;
-        use tfjob_planner::native::NativePolicies;
 
-        // A client that is never called: the request never gets a seat.
-        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = kube::Client::new(service, "default");
+        // The request never gets a seat, so the context's client is never called.
         let (pods, _pod_writer) = owner_index::cache();
         let (services, _service_writer) = owner_index::cache();
-        let reporter = Reporter {
-            controller: "test".into(),
-            instance: None,
-        };
         let (jobs, _job_writer) = kube::runtime::reflector::store();
         let seats = Seats::new(SeatLimits::new(1));
         let ctx = Arc::new(
-            Context::new(
-                client.clone(),
-                pods,
-                services,
-                EventRecorder::new(client, reporter),
-                Metrics::register(&mut Registry::default()),
-                Settings::default(),
-                Arc::new(NativePolicies::default()),
-            )
-            .with_seats(seats.clone())
-            .with_jobs(jobs),
+            Context::offline(pods, services)
+                .with_seats(seats.clone())
+                .with_jobs(jobs),
         );
         let _only_seat = seats.take("ml").await;
 
