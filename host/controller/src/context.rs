@@ -267,7 +267,7 @@ mod tests {
             pod_writer.apply_watcher_event(&event);
         }
         // Created, not cached yet: counted, and sorted in with the cached ones.
-        ctx.created_pods.remember("a", pod("a-ps-0", "a"));
+        ctx.created_pods.remember("a", &pod("a-ps-0", "a"));
         assert_eq!(
             names(&ctx.pods_of("a")),
             ["a-ps-0", "a-worker-0", "a-worker-1"]

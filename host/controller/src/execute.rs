@@ -116,7 +116,7 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     for (s, result) in plan.create_services.iter().zip(results) {
         let result = result.map(|created| {
             created
-                .map(|svc| ctx.created_services.remember(&job_uid, svc))
+                .map(|svc| ctx.created_services.remember(&job_uid, &svc))
                 .is_some()
         });
         report(
@@ -135,7 +135,7 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     for (p, result) in plan.create_pods.iter().zip(results) {
         let result = result.map(|created| {
             created
-                .map(|pod| ctx.created_pods.remember(&job_uid, pod))
+                .map(|pod| ctx.created_pods.remember(&job_uid, &pod))
                 .is_some()
         });
         report(

@@ -7,12 +7,19 @@
 //! one write in seven. So each created object is remembered, by owner, from the API's answer
 //! until the cache shows that name, or for a bounded time (a pod deleted before the watch ever
 //! showed it must not be believed in forever).
+//!
+//! Each object is kept as its JSON text, as the owner caches keep theirs
+//! ([`crate::owner_index`]): at a thousand jobs created at once, the typed pods waiting here for
+//! the watch were about 20 MiB of the operator's heap. A reconcile decodes only its own job's
+//! few objects the cache does not show yet.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// How long a created object is believed in without the cache showing it.
 pub const BELIEVE_FOR: Duration = Duration::from_secs(30);
@@ -20,12 +27,20 @@ pub const BELIEVE_FOR: Duration = Duration::from_secs(30);
 /// Recently created objects of one kind, by the uid of their owner.
 pub struct RecentlyCreated<K> {
     believe_for: Duration,
-    state: Mutex<State<K>>,
+    state: Mutex<State>,
+    kind: std::marker::PhantomData<fn(K) -> K>,
 }
 
-struct State<K> {
+/// One remembered object: its name, its JSON text and when it was created.
+struct Remembered {
+    name: Box<str>,
+    json: Arc<[u8]>,
+    at: Instant,
+}
+
+struct State {
     /// Each owner's objects, oldest first.
-    by_owner: HashMap<String, VecDeque<(K, Instant)>>,
+    by_owner: HashMap<String, VecDeque<Remembered>>,
     /// Every remembered object's owner and time, oldest first: expiry looks only at the front,
     /// so remembering costs O(1) amortised however many owners have objects outstanding (at
     /// 10,000 jobs created at once, a scan of every owner per create took half the operator's
@@ -33,7 +48,7 @@ struct State<K> {
     expiry: VecDeque<(Instant, String)>,
 }
 
-impl<K: ResourceExt + Clone> RecentlyCreated<K> {
+impl<K: ResourceExt + Serialize + DeserializeOwned> RecentlyCreated<K> {
     pub fn new(believe_for: Duration) -> RecentlyCreated<K> {
         RecentlyCreated {
             believe_for,
@@ -41,11 +56,12 @@ impl<K: ResourceExt + Clone> RecentlyCreated<K> {
                 by_owner: HashMap::new(),
                 expiry: VecDeque::new(),
             }),
+            kind: std::marker::PhantomData,
         }
     }
 
     /// Remembers `created`, as the API returned it, for the owner `owner_uid`.
-    pub fn remember(&self, owner_uid: &str, created: K) {
+    pub fn remember(&self, owner_uid: &str, created: &K) {
         self.remember_at(owner_uid, created, Instant::now());
     }
 
@@ -62,7 +78,21 @@ impl<K: ResourceExt + Clone> RecentlyCreated<K> {
         state.by_owner.values().map(VecDeque::len).sum()
     }
 
-    fn remember_at(&self, owner_uid: &str, created: K, now: Instant) {
+    fn remember_at(&self, owner_uid: &str, created: &K, now: Instant) {
+        let json = match serde_json::to_vec(created) {
+            Ok(json) => Arc::from(json),
+            // Typed Kubernetes objects always serialise; should one not, it is not remembered
+            // and at worst created again (`AlreadyExists`).
+            Err(error) => {
+                tracing::error!(%error, "a created object could not be remembered");
+                return;
+            }
+        };
+        let remembered = Remembered {
+            name: created.name_any().into_boxed_str(),
+            json,
+            at: now,
+        };
         let mut state = self.state.lock().expect("recently created lock");
         // Owners that went away are not reconciled again; expire their entries here.
         state.expire(now, self.believe_for);
@@ -70,7 +100,7 @@ impl<K: ResourceExt + Clone> RecentlyCreated<K> {
             .by_owner
             .entry(owner_uid.to_owned())
             .or_default()
-            .push_back((created, now));
+            .push_back(remembered);
         state.expiry.push_back((now, owner_uid.to_owned()));
     }
 
@@ -81,22 +111,38 @@ impl<K: ResourceExt + Clone> RecentlyCreated<K> {
         };
         // A set of the cached names: a job of a thousand workers created in one reconcile
         // would otherwise compare every remembered name with every cached one.
-        let shown: HashSet<Option<&str>> =
-            cached.iter().map(|c| c.meta().name.as_deref()).collect();
-        list.retain(|(obj, at)| {
-            !shown.contains(&obj.meta().name.as_deref())
-                && now.duration_since(*at) < self.believe_for
-        });
-        cached.extend(list.iter().map(|(obj, _)| obj.clone()));
+        let shown: HashSet<&str> = cached
+            .iter()
+            .filter_map(|c| c.meta().name.as_deref())
+            .collect();
+        list.retain(|r| !shown.contains(&*r.name) && now.duration_since(r.at) < self.believe_for);
+        let unseen: Vec<(Box<str>, Arc<[u8]>)> = list
+            .iter()
+            .map(|r| (r.name.clone(), Arc::clone(&r.json)))
+            .collect();
         if list.is_empty() {
             state.by_owner.remove(owner_uid);
         }
         // The expiry queue may still name this owner; `expire` skips what is gone already.
+        drop(state);
+        // Decoded outside the lock: other reconciles remember and merge meanwhile.
+        let unseen = unseen
+            .iter()
+            .filter_map(|(name, json)| match serde_json::from_slice::<K>(json) {
+                Ok(obj) => Some(obj),
+                // The text was written from a `K` above; should it not read back, the
+                // reconcile goes on as if the object were not created.
+                Err(error) => {
+                    tracing::error!(%error, name = &**name, "a remembered object could not be read");
+                    None
+                }
+            });
+        cached.extend(unseen);
         cached
     }
 }
 
-impl<K> State<K> {
+impl State {
     /// Forgets every object older than `believe_for`, oldest first.
     fn expire(&mut self, now: Instant, believe_for: Duration) {
         while let Some((at, _)) = self.expiry.front()
@@ -106,7 +152,7 @@ impl<K> State<K> {
             if let Some(list) = self.by_owner.get_mut(&owner) {
                 while list
                     .front()
-                    .is_some_and(|(_, at)| now.duration_since(*at) >= believe_for)
+                    .is_some_and(|r| now.duration_since(r.at) >= believe_for)
                 {
                     list.pop_front();
                 }
@@ -142,9 +188,9 @@ mod tests {
     #[test]
     fn created_objects_count_until_the_cache_shows_them() {
         let recent = RecentlyCreated::new(BELIEVE_FOR);
-        recent.remember("job-1", pod("a", "uid-a"));
-        recent.remember("job-1", pod("b", "uid-b"));
-        recent.remember("job-2", pod("c", "uid-c"));
+        recent.remember("job-1", &pod("a", "uid-a"));
+        recent.remember("job-1", &pod("b", "uid-b"));
+        recent.remember("job-2", &pod("c", "uid-c"));
         // The cache shows nothing yet: both created pods are there for job-1 only.
         assert_eq!(names(&recent.merge("job-1", vec![])), ["a", "b"]);
         // The cache caught up with `a` (the cached object wins, and `a` is forgotten).
@@ -162,12 +208,12 @@ mod tests {
         let start = Instant::now();
         for i in 0..1000 {
             let at = start + Duration::from_millis(i);
-            recent.remember_at(&format!("job-{i}"), pod("a", &format!("uid-{i}")), at);
+            recent.remember_at(&format!("job-{i}"), &pod("a", &format!("uid-{i}")), at);
         }
         assert_eq!(recent.len(), 1000);
         // One more create after the first 500 ran out of belief: they are gone, the rest stay.
         let later = start + BELIEVE_FOR + Duration::from_millis(500);
-        recent.remember_at("job-new", pod("b", "uid-new"), later);
+        recent.remember_at("job-new", &pod("b", "uid-new"), later);
         assert_eq!(recent.len(), 500);
         assert!(recent.merge_at("job-10", vec![], later).is_empty());
         assert_eq!(names(&recent.merge_at("job-900", vec![], later)), ["a"]);
@@ -175,19 +221,19 @@ mod tests {
         // entry behind, which expiry skips; a later object of the same owner is kept.
         recent.merge_at("job-new", vec![pod("b", "uid-new")], later);
         let again = later + Duration::from_millis(1);
-        recent.remember_at("job-new", pod("c", "uid-c"), again);
+        recent.remember_at("job-new", &pod("c", "uid-c"), again);
         let end = again + BELIEVE_FOR - Duration::from_millis(1);
-        recent.remember_at("job-other", pod("d", "uid-d"), end);
+        recent.remember_at("job-other", &pod("d", "uid-d"), end);
         assert_eq!(names(&recent.merge_at("job-new", vec![], end)), ["c"]);
         let past = end + BELIEVE_FOR;
-        recent.remember_at("job-last", pod("e", "uid-e"), past);
+        recent.remember_at("job-last", &pod("e", "uid-e"), past);
         assert_eq!(recent.len(), 1);
     }
 
     #[test]
     fn created_objects_are_believed_in_for_a_bounded_time() {
         let recent = RecentlyCreated::new(Duration::ZERO);
-        recent.remember("job-1", pod("a", "uid-a"));
+        recent.remember("job-1", &pod("a", "uid-a"));
         assert!(recent.merge("job-1", vec![]).is_empty());
     }
 }
