@@ -29,6 +29,7 @@ pub mod owner_refs;
 pub mod persist;
 pub mod pod_log;
 pub mod protobuf;
+pub mod query;
 pub mod rbac;
 pub mod requests;
 pub mod selector;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 
 use crate::ApiError;
+use crate::query::Query;
 
 /// The most bytes of one run of one container kept in memory; older lines are dropped first.
 pub const RUN_LOG_BYTES: usize = 1 << 20;
@@ -268,27 +269,9 @@ impl LogOptions {
     /// Reads the query parameters. A value that does not parse is a `400` naming the
     /// parameter; one out of range is `422 Invalid` with the API server's validation message
     /// (`pod` names the object in it).
-    pub fn from_query(query: &HashMap<String, String>, pod: &str) -> Result<LogOptions, ApiError> {
-        let flag = |key: &str| -> Result<bool, ApiError> {
-            match query.get(key).map(String::as_str) {
-                None | Some("") => Ok(false),
-                Some(v) => parse_bool(v).ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "{key}: invalid value {v:?}: must be true or false"
-                    ))
-                }),
-            }
-        };
-        let number = |key: &str| -> Result<Option<i64>, ApiError> {
-            match query.get(key).map(String::as_str) {
-                None | Some("") => Ok(None),
-                Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
-                    ApiError::bad_request(format!("{key}: invalid value {v:?}: must be an integer"))
-                }),
-            }
-        };
-        let since_time = match query.get("sinceTime").map(String::as_str) {
-            None | Some("") => None,
+    pub fn from_query(query: &Query, pod: &str) -> Result<LogOptions, ApiError> {
+        let since_time = match query.text("sinceTime") {
+            None => None,
             Some(v) => Some(v.parse::<Timestamp>().map_err(|_| {
                 ApiError::bad_request(format!(
                     "sinceTime: invalid value {v:?}: must be an RFC3339 time"
@@ -296,14 +279,14 @@ impl LogOptions {
             })?),
         };
         let options = LogOptions {
-            container: query.get("container").filter(|c| !c.is_empty()).cloned(),
-            follow: flag("follow")?,
-            previous: flag("previous")?,
-            timestamps: flag("timestamps")?,
-            since_seconds: number("sinceSeconds")?,
+            container: query.text("container").map(str::to_owned),
+            follow: query.flag("follow"),
+            previous: query.flag("previous"),
+            timestamps: query.flag("timestamps"),
+            since_seconds: query.integer("sinceSeconds")?,
             since_time,
-            tail_lines: number("tailLines")?,
-            limit_bytes: number("limitBytes")?,
+            tail_lines: query.integer("tailLines")?,
+            limit_bytes: query.integer("limitBytes")?,
         };
         let mut problems = Vec::new();
         if let Some(n) = options.tail_lines
@@ -356,15 +339,6 @@ impl LogOptions {
     }
 }
 
-fn parse_bool(v: &str) -> Option<bool> {
-    // Go's strconv.ParseBool, which the API server's query decoding uses.
-    match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// One line as the kubelet serves it: with `timestamps`, its time in RFC 3339 with nanoseconds
 /// (trailing zeros trimmed, as Go's `RFC3339Nano`) and a space first.
 pub fn format_line(line: &LogLine, timestamps: bool) -> String {
@@ -407,11 +381,9 @@ pub fn render(lines: &[LogLine], options: &LogOptions, now: Timestamp) -> String
 mod tests {
     use super::*;
 
-    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+    fn query(pairs: &[(&str, &str)]) -> Query {
+        let raw: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        Query::parse(Some(&raw.join("&")))
     }
 
     fn at(second: i64) -> Timestamp {
@@ -456,7 +428,7 @@ mod tests {
             }
         );
         assert_eq!(
-            LogOptions::from_query(&HashMap::new(), "p").unwrap(),
+            LogOptions::from_query(&Query::default(), "p").unwrap(),
             LogOptions::default()
         );
     }
@@ -468,7 +440,6 @@ mod tests {
             ("tailLines", "99999999999999999999999", 400),
             ("sinceSeconds", "1e3", 400),
             ("limitBytes", "-", 400),
-            ("follow", "yes", 400),
             ("sinceTime", "yesterday", 400),
             ("tailLines", "-1", 422),
             ("limitBytes", "0", 422),
@@ -478,6 +449,18 @@ mod tests {
             assert_eq!(e.code, code, "{key}={value}: {e}");
             assert!(e.message.contains(key), "{key}={value}: {e}");
         }
+        // Booleans are read as the API server's parameter codec reads them: only `0` and
+        // `false` (any case) are false.
+        assert!(
+            LogOptions::from_query(&query(&[("follow", "yes")]), "p")
+                .unwrap()
+                .follow
+        );
+        assert!(
+            !LogOptions::from_query(&query(&[("follow", "FALSE")]), "p")
+                .unwrap()
+                .follow
+        );
         let e = LogOptions::from_query(&query(&[("tailLines", "-1")]), "p").unwrap_err();
         assert_eq!(
             e.message,

@@ -10,7 +10,6 @@
 //! the run's lines as the kubelet writes them and ends when the container does, waking only on
 //! new lines.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -21,11 +20,12 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::logs::{LogOptions, RunLog, format_line, render};
+use crate::query::Query;
 use crate::server::error_response;
 use crate::{ApiError, Store};
 
 /// Answers a `pods/log` request.
-pub fn serve(store: &Store, ns: &str, name: &str, query: &HashMap<String, String>) -> Response {
+pub fn serve(store: &Store, ns: &str, name: &str, query: &Query) -> Response {
     match prepare(store, ns, name, query) {
         Ok((run, options)) => respond(run, &options),
         Err(e) => error_response(&e),
@@ -117,7 +117,7 @@ fn prepare(
     store: &Store,
     ns: &str,
     name: &str,
-    query: &HashMap<String, String>,
+    query: &Query,
 ) -> Result<(Option<Arc<RunLog>>, LogOptions), ApiError> {
     let pods = store
         .resource("", "pods")

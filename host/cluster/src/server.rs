@@ -8,7 +8,6 @@
 //! middleware in front of every handler injects the configured [`Faults`] and counts requests in
 //! [`RequestStats`], and `/debug/faults` and `/debug/requests` read and change both at run time.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,8 +23,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::access::Access;
-use crate::error::ApiError;
+use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
+use crate::query::{DeleteQuery, ListOptions, Query, Write, WriteOptions};
 use crate::requests::RequestStats;
 use crate::selector::Selector;
 use crate::store::{DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent};
@@ -211,43 +211,6 @@ struct Target {
     status: bool,
 }
 
-fn parse_query(uri: &Uri) -> HashMap<String, String> {
-    uri.query()
-        .map(|q| {
-            q.split('&')
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    (decode(k), decode(v))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Percent-decoding of query strings (selectors contain `=`, `,`, `!`, spaces and parentheses).
-pub(crate) fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = (bytes[i] == b'%' && i + 3 <= bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (hex, bytes[i]) {
-            (Some(b), _) => {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-            (None, b'+') => out.push(b' '),
-            (None, b) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 async fn handle(
     State(server): State<Arc<ApiServer>>,
     method: Method,
@@ -261,7 +224,7 @@ async fn handle(
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    let query = parse_query(&uri);
+    let query = Query::parse(uri.query());
     if let ["api", "v1", "namespaces", ns, "pods", name, "log"] = segments.as_slice() {
         if method != Method::GET {
             return error_response(&ApiError::new(
@@ -321,12 +284,15 @@ async fn handle(
         .unwrap_or("");
     let table = crate::table::wants_table(accept);
     let result = match (&method, &target.name) {
-        (&Method::GET, None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            return watch(&server.store, &target, &query, table);
-        }
-        (&Method::GET, None) if table => list(&server.store, &target, &query)
-            .map(|(code, l)| (code, Arc::new(list_as_table(&target.t, &l)))),
-        (&Method::GET, None) => list(&server.store, &target, &query),
+        (&Method::GET, None) => match ListOptions::from_query(&query) {
+            Ok(options) if options.watch => {
+                return watch(&server.store, &target, &options, table);
+            }
+            Ok(options) if table => list(&server.store, &target, &options)
+                .map(|(code, l)| (code, Arc::new(list_as_table(&target.t, &l)))),
+            Ok(options) => list(&server.store, &target, &options),
+            Err(e) => Err(e),
+        },
         (&Method::GET, Some(name)) => server
             .store
             .get(&target.t, target.namespace.as_deref(), name)
@@ -344,8 +310,10 @@ async fn handle(
                     (200, o)
                 }
             }),
-        (&Method::POST, None) => create(&server.store, &target, &body),
-        (&Method::PUT, Some(name)) => parse_body(&body)
+        (&Method::POST, None) => WriteOptions::from_query(&query, Write::Create)
+            .and_then(|_| create(&server.store, &target, &body)),
+        (&Method::PUT, Some(name)) => WriteOptions::from_query(&query, Write::Update)
+            .and_then(|_| parse_body(&body))
             .and_then(|b| {
                 server.store.replace(
                     &target.t,
@@ -495,9 +463,9 @@ fn resolve(store: &Store, segments: &[&str]) -> Result<Target, ApiError> {
     })
 }
 
-fn selectors(query: &HashMap<String, String>) -> Result<(Selector, Selector), ApiError> {
-    let labels = Selector::parse(query.get("labelSelector").map_or("", String::as_str))?;
-    let fields = Selector::parse(query.get("fieldSelector").map_or("", String::as_str))?;
+fn selectors(options: &ListOptions) -> Result<(Selector, Selector), ApiError> {
+    let labels = Selector::parse(&options.label_selector)?;
+    let fields = Selector::parse(&options.field_selector)?;
     fields.check_fields()?;
     Ok((labels, fields))
 }
@@ -505,23 +473,23 @@ fn selectors(query: &HashMap<String, String>) -> Result<(Selector, Selector), Ap
 fn list(
     store: &Store,
     target: &Target,
-    query: &HashMap<String, String>,
+    options: &ListOptions,
 ) -> Result<(u16, Arc<Value>), ApiError> {
-    let (labels, fields) = selectors(query)?;
+    let (labels, fields) = selectors(options)?;
     let (items, rv) = store.list(&target.t, target.namespace.as_deref());
     let items: Vec<Arc<Value>> = items
         .into_iter()
         .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
         .collect();
-    let offset: usize = match query.get("continue").filter(|c| !c.is_empty()) {
+    let offset: usize = match options.continue_token.as_deref() {
         Some(token) => token
             .parse()
             .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?,
         None => 0,
     };
-    let limit: usize = query
-        .get("limit")
-        .and_then(|l| l.parse().ok())
+    let limit: usize = options
+        .limit
+        .and_then(|l| usize::try_from(l).ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
     // The one copy of a list: the answer is a new document holding the items.
@@ -560,9 +528,10 @@ fn patch(
     target: &Target,
     name: &str,
     headers: &HeaderMap,
-    query: &HashMap<String, String>,
+    query: &Query,
     body: &Bytes,
 ) -> Result<(u16, Arc<Value>), ApiError> {
+    let options = WriteOptions::from_query(query, Write::Patch)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -573,12 +542,21 @@ fn patch(
                 .map_err(|e| ApiError::bad_request(format!("json patch: {e}")))?,
         )
     } else if content_type.starts_with("application/apply-patch") {
+        // A real server refuses an apply that names no manager: the fields would be owned
+        // by nobody.
+        let Some(manager) = options.field_manager else {
+            return Err(crate::query::invalid_options(
+                "PatchOptions",
+                vec![StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    field: "fieldManager".into(),
+                    message: "Required value: is required for apply patch".into(),
+                }],
+            ));
+        };
         Patch::Apply {
             body: parse_body(body)?,
-            manager: query
-                .get("fieldManager")
-                .cloned()
-                .unwrap_or_else(|| "unknown".into()),
+            manager,
         }
     } else {
         // Merge and strategic merge patches: merge semantics serve the types used here.
@@ -597,10 +575,8 @@ fn patch(
 
 /// The options of a delete: from a `DeleteOptions` body (kube-rs and kubectl send one), else from
 /// the query (`?propagationPolicy=Foreground`), as a real API server reads them.
-fn delete_options(
-    body: &Bytes,
-    query: &HashMap<String, String>,
-) -> Result<DeleteOptions, ApiError> {
+fn delete_options(body: &Bytes, query: &Query) -> Result<DeleteOptions, ApiError> {
+    let from_query = DeleteQuery::from_query(query)?;
     let doc: Value = if body.is_empty() {
         json!({})
     } else {
@@ -610,13 +586,13 @@ fn delete_options(
     let policy = doc
         .get("propagationPolicy")
         .and_then(text)
-        .or_else(|| query.get("propagationPolicy").cloned());
+        .or(from_query.propagation_policy);
     // `orphanDependents` is the deprecated spelling of the orphan policy; kubectl still
     // understands it, so the server does too.
     let orphan = doc
         .get("orphanDependents")
         .and_then(Value::as_bool)
-        .or_else(|| query.get("orphanDependents").map(|o| o == "true"));
+        .or(from_query.orphan_dependents);
     let propagation = match (policy, orphan) {
         (Some(p), _) => p.parse()?,
         (None, Some(true)) => Propagation::Orphan,
@@ -633,14 +609,14 @@ fn delete_collection(
     store: &Store,
     target: &Target,
     body: &Bytes,
-    query: &HashMap<String, String>,
+    query: &Query,
 ) -> Result<(u16, Arc<Value>), ApiError> {
     let opts = DeleteOptions {
         uid: None,
         resource_version: None,
         ..delete_options(body, query)?
     };
-    let (_, listed) = list(store, target, query)?;
+    let (_, listed) = list(store, target, &ListOptions::from_query(query)?)?;
     let mut deleted = Vec::new();
     for item in listed["items"].as_array().into_iter().flatten() {
         let name = item
@@ -729,24 +705,19 @@ fn watch_line(e: &WatchEvent, table_of: Option<&ResourceType>) -> Bytes {
     }
 }
 
-fn watch(
-    store: &Arc<Store>,
-    target: &Target,
-    query: &HashMap<String, String>,
-    as_table: bool,
-) -> Response {
+fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: bool) -> Response {
     // `kubectl get -w` asks for every event as a one-row table.
     let table_of = as_table.then(|| target.t.clone());
-    let (labels, fields) = match selectors(query) {
+    let (labels, fields) = match selectors(options) {
         Ok(s) => s,
         Err(e) => return error_response(&e),
     };
     let matches = move |o: &Value| labels.matches_labels(o) && fields.matches_fields(o);
     let ns = target.namespace.clone().filter(|_| target.t.namespaced);
-    let since: u64 = query
-        .get("resourceVersion")
-        .and_then(|rv| rv.parse().ok())
-        .unwrap_or(0);
+    let since = match options.watch_from() {
+        Ok(since) => since.unwrap_or(0),
+        Err(e) => return error_response(&e),
+    };
     // No resourceVersion (or "0"): start with the current objects as ADDED, as a real server.
     let (initial, since) = if since == 0 {
         let (items, rv) = store.list(&target.t, ns.as_deref());
@@ -772,13 +743,12 @@ fn watch(
         Ok(w) => w,
         Err(e) => return error_response(&e),
     };
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
+    let timeout = options
+        .timeout_seconds
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|t| *t > 0)
         .map_or(DEFAULT_WATCH, Duration::from_secs);
-    let bookmarks = query
-        .get("allowWatchBookmarks")
-        .is_some_and(|b| b == "true");
+    let bookmarks = options.allow_watch_bookmarks;
     let resource = target.t.key();
     let (api_version, kind) = (target.t.api_version(), target.t.kind.clone());
     let mut first: Vec<Bytes> = initial;
@@ -921,17 +891,5 @@ fn discovery(store: &Store, segments: &[&str]) -> Option<Value> {
             .any(|t| t.group == *group && t.version == *version)
             .then(|| resources(group, version)),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decode;
-
-    #[test]
-    fn query_decoding() {
-        assert_eq!(decode("a%3Db%2Cc%21%3Dd"), "a=b,c!=d");
-        assert_eq!(decode("x+in+%28a%2Cb%29"), "x in (a,b)");
-        assert_eq!(decode("100%"), "100%");
     }
 }
