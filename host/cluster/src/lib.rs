@@ -16,9 +16,11 @@
 //! ([`owner_refs`]).
 
 pub mod access;
+pub mod allocations;
 pub mod cel_admission;
 pub mod crd;
 mod debug;
+pub mod defaults;
 pub mod error;
 pub mod faults;
 pub mod impersonation;
@@ -35,6 +37,7 @@ pub mod requests;
 pub mod selector;
 pub mod server;
 pub mod store;
+pub mod strategic_merge;
 pub mod table;
 pub mod tokens;
 

@@ -25,10 +25,16 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::access::Access;
 use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
-use crate::query::{DeleteQuery, ListOptions, Query, Write, WriteOptions};
+use crate::query::{
+    DeleteQuery, ListOptions, Query, Write, WriteOptions, invalid_options, not_supported,
+};
 use crate::requests::RequestStats;
 use crate::selector::Selector;
-use crate::store::{DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent};
+use crate::store::{Commit, DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent};
+
+/// The patch types a real server accepts for custom resources, as it lists them in a 415.
+const PATCH_TYPES_OF_CUSTOM_RESOURCES: &str =
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
 
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
@@ -311,16 +317,17 @@ async fn handle(
                 }
             }),
         (&Method::POST, None) => WriteOptions::from_query(&query, Write::Create)
-            .and_then(|_| create(&server.store, &target, &body)),
+            .and_then(|options| create(&server.store, &target, &body, commit_of(&options))),
         (&Method::PUT, Some(name)) => WriteOptions::from_query(&query, Write::Update)
-            .and_then(|_| parse_body(&body))
-            .and_then(|b| {
-                server.store.replace(
+            .and_then(|options| Ok((commit_of(&options), parse_body(&body)?)))
+            .and_then(|(commit, b)| {
+                server.store.replace_with(
                     &target.t,
                     target.namespace.as_deref(),
                     name,
                     b,
                     target.status,
+                    commit,
                 )
             })
             .map(|o| (200, o)),
@@ -343,7 +350,9 @@ async fn handle(
     };
     match result {
         Ok((code, obj)) => {
-            if method != Method::GET {
+            // A dry run changed nothing, so nothing follows from it.
+            let dry_run = query.all("dryRun").any(|v| !v.is_empty());
+            if method != Method::GET && !dry_run {
                 after_write(&server.store, &target.t, &method, &obj);
             }
             if !table
@@ -516,11 +525,25 @@ fn list(
     ))
 }
 
-fn create(store: &Store, target: &Target, body: &Bytes) -> Result<(u16, Arc<Value>), ApiError> {
+fn create(
+    store: &Store,
+    target: &Target,
+    body: &Bytes,
+    commit: Commit,
+) -> Result<(u16, Arc<Value>), ApiError> {
     let obj = parse_body(body)?;
     store
-        .create(&target.t, target.namespace.as_deref(), obj)
+        .create_with(&target.t, target.namespace.as_deref(), obj, commit)
         .map(|o| (201, o))
+}
+
+/// Whether a write's options ask for it to be stored or only answered.
+fn commit_of(options: &WriteOptions) -> Commit {
+    if options.dry_run {
+        Commit::DryRun
+    } else {
+        Commit::Store
+    }
 }
 
 fn patch(
@@ -544,8 +567,8 @@ fn patch(
     } else if content_type.starts_with("application/apply-patch") {
         // A real server refuses an apply that names no manager: the fields would be owned
         // by nobody.
-        let Some(manager) = options.field_manager else {
-            return Err(crate::query::invalid_options(
+        let Some(manager) = options.field_manager.clone() else {
+            return Err(invalid_options(
                 "PatchOptions",
                 vec![StatusCause {
                     reason: "FieldValueRequired".into(),
@@ -558,17 +581,30 @@ fn patch(
             body: parse_body(body)?,
             manager,
         }
+    } else if content_type.starts_with("application/strategic-merge-patch+json") {
+        // Strategic merge needs the Go types' merge keys; custom resources have none, and a
+        // real server refuses the patch type for them.
+        if !target.t.is_builtin() {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: {PATCH_TYPES_OF_CUSTOM_RESOURCES}"
+                ),
+            ));
+        }
+        Patch::Strategic(parse_body(body)?)
     } else {
-        // Merge and strategic merge patches: merge semantics serve the types used here.
         Patch::Merge(parse_body(body)?)
     };
     store
-        .patch(
+        .patch_with(
             &target.t,
             target.namespace.as_deref(),
             name,
             patch,
             target.status,
+            commit_of(&options),
         )
         .map(|o| (200, o))
 }
@@ -593,15 +629,48 @@ fn delete_options(body: &Bytes, query: &Query) -> Result<DeleteOptions, ApiError
         .get("orphanDependents")
         .and_then(Value::as_bool)
         .or(from_query.orphan_dependents);
+    // The body's `dryRun` list, checked as the query's is.
+    let body_dry_run: Vec<&str> = doc
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut causes = Vec::new();
+    if let Some(bad) = body_dry_run.iter().find(|v| **v != "All") {
+        causes.push(not_supported("dryRun", bad, &["All"]));
+    }
     let propagation = match (policy, orphan) {
-        (Some(p), _) => p.parse()?,
+        (Some(p), Some(_)) => {
+            causes.push(StatusCause {
+                reason: "FieldValueInvalid".into(),
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Invalid value: {p:?}: orphanDependents and deletionPropagation cannot be both set"
+                ),
+            });
+            Propagation::default()
+        }
+        (Some(p), None) => p.parse().unwrap_or_else(|_| {
+            causes.push(not_supported(
+                "propagationPolicy",
+                &p,
+                &["Foreground", "Background", "Orphan", "nil"],
+            ));
+            Propagation::default()
+        }),
         (None, Some(true)) => Propagation::Orphan,
         (None, _) => Propagation::default(),
     };
+    if !causes.is_empty() {
+        return Err(invalid_options("DeleteOptions", causes));
+    }
     Ok(DeleteOptions {
         uid: doc.pointer("/preconditions/uid").and_then(text),
         resource_version: doc.pointer("/preconditions/resourceVersion").and_then(text),
         propagation,
+        dry_run: from_query.dry_run || !body_dry_run.is_empty(),
     })
 }
 

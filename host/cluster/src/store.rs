@@ -21,7 +21,9 @@ use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::allocations::Allocations;
 use crate::cel_admission::SchemaRules;
+use crate::defaults;
 use crate::error::ApiError;
 
 /// A served resource type.
@@ -65,6 +67,14 @@ impl ResourceType {
             printer_columns: Vec::new(),
             schema: None,
         }
+    }
+
+    /// Whether the type is one of the built-in kinds (not served for a CRD), whose Go types
+    /// give strategic merge patches their merge keys.
+    pub fn is_builtin(&self) -> bool {
+        builtin_types()
+            .iter()
+            .any(|b| b.group == self.group && b.plural == self.plural)
     }
 
     /// The type with a short name, as kubectl accepts it (`cm` for configmaps).
@@ -248,8 +258,10 @@ pub type Validator = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 /// How a patch is applied.
 #[derive(Clone, Debug)]
 pub enum Patch {
-    /// JSON merge patch (RFC 7386); strategic merge patch is served with the same semantics.
+    /// JSON merge patch (RFC 7386).
     Merge(Value),
+    /// Strategic merge patch of a built-in kind ([`crate::strategic_merge`]).
+    Strategic(Value),
     /// JSON patch (RFC 6902).
     Json(json_patch::Patch),
     /// Server-side apply: merge semantics, the field manager recorded, creates when missing.
@@ -291,10 +303,56 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub propagation: Propagation,
+    /// `dryRun=All`: answer with what the deletion would leave, change nothing.
+    pub dry_run: bool,
+}
+
+/// Whether a write is stored or only answered (`dryRun=All`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Commit {
+    #[default]
+    Store,
+    /// Everything a write does up to storing: defaults, admission, conflicts; then the answer.
+    DryRun,
+}
+
+/// How an update is checked and committed.
+#[derive(Clone, Copy, Debug)]
+struct Check {
+    /// Refuse a body whose resourceVersion is not the stored one.
+    resource_version: bool,
+    commit: Commit,
+}
+
+/// What a deletion of `current` would answer, without deleting: the object marked for
+/// deletion when finalizers (or a foreground deletion) hold it, else the object as it was.
+fn would_delete(current: Arc<Value>, propagation: Propagation) -> Arc<Value> {
+    if current.pointer("/metadata/deletionTimestamp").is_some() {
+        return current;
+    }
+    let foreground = propagation == Propagation::Foreground;
+    if !foreground && !has_finalizers(&current) {
+        return current;
+    }
+    let mut marked = Arc::unwrap_or_clone(current);
+    let m = meta_mut(&mut marked);
+    m.insert("deletionTimestamp".into(), json!(now()));
+    if foreground {
+        let list = m.entry("finalizers").or_insert_with(|| json!([]));
+        if let Some(list) = list.as_array_mut()
+            && !list.iter().any(|x| x == FOREGROUND_FINALIZER)
+        {
+            list.push(json!(FOREGROUND_FINALIZER));
+        }
+    }
+    Arc::new(marked)
 }
 
 /// The finalizer that holds an owner deleted in the foreground until its dependents are gone.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// The store's key of the core services type.
+const SERVICES: &str = "/services";
 
 /// Changes kept for watches that resume from an older resourceVersion.
 const HISTORY: usize = 50_000;
@@ -319,12 +377,17 @@ struct Inner {
     validators: HashMap<String, Validator>,
     /// The compiled CEL rules and bounds of each CRD-served type's schema.
     admission: HashMap<String, Arc<SchemaRules>>,
+    /// The cluster IPs and node ports the stored services hold.
+    allocations: Allocations,
 }
 
 impl Inner {
     /// Stores `obj` under `key`, replacing what was there, and indexes it.
     fn put(&mut self, key: Key, obj: Arc<Value>) {
         self.unindex(&key);
+        if key.0 == SERVICES {
+            self.allocations.hold(&obj);
+        }
         if let Some(uid) = meta(&obj, "uid") {
             self.by_uid.insert(uid, key.clone());
         }
@@ -347,6 +410,9 @@ impl Inner {
         let Some(old) = self.objects.get(key) else {
             return;
         };
+        if key.0 == SERVICES {
+            self.allocations.release(old);
+        }
         if let Some(uid) = meta(old, "uid")
             && self.by_uid.get(&uid) == Some(key)
         {
@@ -418,6 +484,7 @@ impl Store {
                 compacted: 1,
                 validators: HashMap::new(),
                 admission: HashMap::new(),
+                allocations: Allocations::default(),
             }),
             tx,
             logs: crate::logs::PodLogs::new(),
@@ -556,7 +623,20 @@ impl Store {
         &self,
         t: &ResourceType,
         ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.create_with(t, ns, obj, Commit::Store)
+    }
+
+    /// Creates an object, or with [`Commit::DryRun`] answers with the object it would store:
+    /// defaulted, admitted and given its uid, but not stored, seen by no watch, holding no
+    /// address.
+    pub fn create_with(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
         mut obj: Value,
+        commit: Commit,
     ) -> Result<Arc<Value>, ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -583,9 +663,16 @@ impl Store {
         }
         // Rules read the name, generated ones included.
         meta_mut(&mut obj).insert("name".into(), json!(name));
+        // A real server defaults what it decodes before admission sees it.
+        defaults::on_write(t, &mut obj);
+        defaults::on_create(t, &mut obj);
         Self::validate(&inner, t, &obj, None)?;
-        inner.rv += 1;
-        let rv = inner.rv;
+        if key.0 == SERVICES {
+            Self::allocate(&mut inner, t, &name, &mut obj)?;
+            if commit == Commit::DryRun {
+                inner.allocations.release(&obj);
+            }
+        }
         obj["apiVersion"] = json!(t.api_version());
         obj["kind"] = json!(t.kind);
         let m = meta_mut(&mut obj);
@@ -597,9 +684,15 @@ impl Store {
         }
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
         m.insert("creationTimestamp".into(), json!(now()));
-        m.insert("resourceVersion".into(), json!(rv.to_string()));
         m.insert("generation".into(), json!(1));
         m.remove("deletionTimestamp");
+        m.remove("resourceVersion");
+        if commit == Commit::DryRun {
+            return Ok(Arc::new(obj));
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Arc::new(obj);
         inner.put(key.clone(), Arc::clone(&obj));
         self.record(&mut inner, t, &key.1, EventType::Added, Arc::clone(&obj));
@@ -613,6 +706,47 @@ impl Store {
             self.delete_locked(&mut inner, &key, Arc::clone(&obj), Propagation::Background);
         }
         Ok(obj)
+    }
+
+    /// Gives a new service the cluster IP and node ports it leaves to the server, refusing
+    /// ones it names that another service holds.
+    fn allocate(
+        inner: &mut Inner,
+        t: &ResourceType,
+        name: &str,
+        svc: &mut Value,
+    ) -> Result<(), ApiError> {
+        let spec = svc.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(taken) = inner.allocations.taken(&spec) {
+            return Err(ApiError::invalid(format!(
+                "{} \"{name}\" is invalid: {taken}",
+                t.qualified_kind()
+            )));
+        }
+        let full = |what: &str| {
+            ApiError::new(
+                500,
+                "InternalError",
+                format!("Internal error occurred: failed to allocate a {what}: range is full"),
+            )
+        };
+        if defaults::wants_cluster_ip(&spec) {
+            let ip = inner
+                .allocations
+                .take_cluster_ip()
+                .ok_or_else(|| full("serviceIP"))?;
+            svc["spec"]["clusterIP"] = json!(ip.to_string());
+        }
+        for port in defaults::wanting_node_ports(&spec) {
+            let Some(number) = inner.allocations.take_node_port() else {
+                // What was taken above is released: the service is not stored.
+                inner.allocations.release(svc);
+                return Err(full("nodePort"));
+            };
+            svc["spec"]["ports"][port]["nodePort"] = json!(number);
+        }
+        defaults::on_write(t, svc);
+        Ok(())
     }
 
     /// Reads an object.
@@ -674,8 +808,25 @@ impl Store {
         body: Value,
         status_only: bool,
     ) -> Result<Arc<Value>, ApiError> {
+        self.replace_with(t, ns, name, body, status_only, Commit::Store)
+    }
+
+    /// Replaces an object, or with [`Commit::DryRun`] answers with what it would store.
+    pub fn replace_with(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        status_only: bool,
+        commit: Commit,
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
-        self.replace_locked(&mut inner, t, ns, name, body, status_only, true)
+        let check = Check {
+            resource_version: true,
+            commit,
+        };
+        self.replace_locked(&mut inner, t, ns, name, body, status_only, check)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -687,8 +838,9 @@ impl Store {
         name: &str,
         body: Value,
         status_only: bool,
-        check_rv: bool,
+        check: Check,
     ) -> Result<Arc<Value>, ApiError> {
+        let check_rv = check.resource_version;
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -734,6 +886,8 @@ impl Store {
             next
         };
         if !status_only {
+            defaults::keep_allocations(t, &current, &mut next);
+            defaults::on_write(t, &mut next);
             Self::validate(inner, t, &next, Some(&current))?;
         }
         // Server-owned metadata survives any update.
@@ -763,6 +917,10 @@ impl Store {
         if same_but_resource_version(&current, &next) {
             // A no-op update does not move the resourceVersion, as on a real server.
             return Ok(current);
+        }
+        if check.commit == Commit::DryRun {
+            meta_mut(&mut next).insert("resourceVersion".into(), json!(current_rv));
+            return Ok(Arc::new(next));
         }
         // The last finalizer of an object being deleted is gone: the object goes.
         if next.pointer("/metadata/deletionTimestamp").is_some() && !has_finalizers(&next) {
@@ -796,6 +954,19 @@ impl Store {
         patch: Patch,
         status_only: bool,
     ) -> Result<Arc<Value>, ApiError> {
+        self.patch_with(t, ns, name, patch, status_only, Commit::Store)
+    }
+
+    /// Patches an object, or with [`Commit::DryRun`] answers with what it would store.
+    pub fn patch_with(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        patch: Patch,
+        status_only: bool,
+        commit: Commit,
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         let key = Self::key(t, ns, name);
         let Some(current) = inner.objects.get(&key).cloned() else {
@@ -803,7 +974,7 @@ impl Store {
                 drop(inner);
                 let mut body = with_manager(body.clone(), &manager, &body);
                 meta_mut(&mut body).insert("name".into(), json!(name));
-                return self.create(t, ns, body);
+                return self.create_with(t, ns, body, commit);
             }
             return Err(ApiError::not_found(&t.plural, name));
         };
@@ -812,6 +983,15 @@ impl Store {
             Patch::Merge(p) => {
                 let check = p.pointer("/metadata/resourceVersion").is_some();
                 json_patch::merge(&mut next, &p);
+                check
+            }
+            Patch::Strategic(p) => {
+                let check = p.pointer("/metadata/resourceVersion").is_some();
+                let (group, plural) = (t.group.as_str(), t.plural.as_str());
+                crate::strategic_merge::apply(&mut next, &p, &|path: &[&str]| {
+                    crate::strategic_merge::list_rule(group, plural, path)
+                })
+                .map_err(|e| ApiError::invalid(format!("strategic merge patch: {e}")))?;
                 check
             }
             Patch::Json(p) => {
@@ -825,7 +1005,11 @@ impl Store {
                 false
             }
         };
-        self.replace_locked(&mut inner, t, ns, name, next, status_only, check_rv)
+        let check = Check {
+            resource_version: check_rv,
+            commit,
+        };
+        self.replace_locked(&mut inner, t, ns, name, next, status_only, check)
     }
 
     /// Deletes an object as a real API server and its garbage collector do together: at once,
@@ -859,6 +1043,9 @@ impl Store {
             return Err(ApiError::conflict(
                 "Precondition failed: resourceVersion mismatch",
             ));
+        }
+        if opts.dry_run {
+            return Ok(would_delete(current, opts.propagation));
         }
         Ok(self.delete_locked(&mut inner, &key, current, opts.propagation))
     }
@@ -1284,6 +1471,74 @@ mod tests {
             "AlreadyExists"
         );
         assert_eq!(s.get(&t, Some("other"), "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn a_dry_run_answers_as_the_write_would_and_changes_nothing() {
+        let s = Store::new();
+        let t = pods(&s);
+        let services = s.resource("", "services").unwrap();
+        let (_, mut events) = s.watch(&t.key(), None, s.resource_version()).unwrap();
+        let rv = s.resource_version();
+
+        let would = s
+            .create_with(&t, Some("ns"), pod("a"), Commit::DryRun)
+            .unwrap();
+        assert_eq!(
+            would["status"]["phase"], "Pending",
+            "defaulted as if stored"
+        );
+        assert!(would["metadata"]["uid"].is_string());
+        assert!(would["metadata"].get("resourceVersion").is_none());
+        assert_eq!(s.get(&t, Some("ns"), "a").unwrap_err().code, 404);
+        let svc = json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}});
+        let ip = s
+            .create_with(&services, Some("ns"), svc.clone(), Commit::DryRun)
+            .unwrap()["spec"]["clusterIP"]
+            .clone();
+        // The address a dry run showed is not held: a service may still ask for it.
+        let mut asking = svc;
+        asking["spec"]["clusterIP"] = ip.clone();
+        let stored = s.create(&services, Some("ns"), asking).unwrap();
+        assert_eq!(stored["spec"]["clusterIP"], ip);
+        let rv = rv + 1;
+        assert_eq!(s.resource_version(), rv);
+
+        let a = s.create(&t, Some("ns"), pod("a")).unwrap();
+        let mut changed = (*a).clone();
+        changed["metadata"]["labels"] = json!({"x": "1"});
+        let would = s
+            .replace_with(&t, Some("ns"), "a", changed, false, Commit::DryRun)
+            .unwrap();
+        assert_eq!(would["metadata"]["labels"]["x"], "1");
+        let would = s
+            .patch_with(
+                &t,
+                Some("ns"),
+                "a",
+                Patch::Merge(json!({"metadata": {"labels": {"y": "2"}}})),
+                false,
+                Commit::DryRun,
+            )
+            .unwrap();
+        assert_eq!(would["metadata"]["labels"]["y"], "2");
+        let dry_delete = DeleteOptions {
+            dry_run: true,
+            propagation: Propagation::Foreground,
+            ..DeleteOptions::default()
+        };
+        let would = s.delete(&t, Some("ns"), "a", &dry_delete).unwrap();
+        assert!(would["metadata"]["deletionTimestamp"].is_string());
+        // Only the real create moved anything.
+        assert_eq!(s.get(&t, Some("ns"), "a").unwrap(), a);
+        assert_eq!(s.resource_version(), rv + 1);
+        let mut seen = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            if e.resource == t.key() {
+                seen.push(e.type_);
+            }
+        }
+        assert_eq!(seen, [EventType::Added]);
     }
 
     #[test]

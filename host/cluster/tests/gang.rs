@@ -412,7 +412,12 @@ async fn pods_of_a_scheduler_nobody_runs_stay_pending_untouched() {
         .await;
         let stray = c.get("stray");
         assert!(stray["spec"]["nodeName"].is_null(), "{stray}");
-        assert!(stray.get("status").is_none(), "untouched: {stray}");
+        // Only the status the API server gives every new pod: no scheduling condition.
+        assert_eq!(stray["status"]["phase"], "Pending", "{stray}");
+        assert!(
+            stray["status"].get("conditions").is_none(),
+            "untouched: {stray}"
+        );
         assert_eq!(c.pod_history("stray").len(), 1, "never written");
     }
     // Without a gang scheduler, no PodGroup kind is served.
