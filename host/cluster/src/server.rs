@@ -774,6 +774,22 @@ fn watch_line(e: &WatchEvent, table_of: Option<&ResourceType>) -> Bytes {
     }
 }
 
+/// A `BOOKMARK` line at `rv`; `initial_events_end` marks the end of a streaming list's objects,
+/// as the annotation `k8s.io/initial-events-end` does on a real server.
+fn bookmark_line(api_version: &str, kind: &str, rv: u64, initial_events_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let bookmark = json!({
+        "type": "BOOKMARK",
+        "object": {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+    });
+    let mut line = bookmark.to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
 fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: bool) -> Response {
     // `kubectl get -w` asks for every event as a one-row table.
     let table_of = as_table.then(|| target.t.clone());
@@ -787,10 +803,13 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
         Ok(since) => since.unwrap_or(0),
         Err(e) => return error_response(&e),
     };
-    // No resourceVersion (or "0"): start with the current objects as ADDED, as a real server.
-    let (initial, since) = if since == 0 {
+    // `sendInitialEvents=true` (a streaming list) starts with the current objects as ADDED and a
+    // bookmark marking their end; `false` starts with changes only. Without it, a watch from no
+    // resourceVersion (or "0") starts with the current objects, as a real server's.
+    let send_initial = options.send_initial_events.unwrap_or(since == 0);
+    let (initial, since) = if send_initial {
         let (items, rv) = store.list(&target.t, ns.as_deref());
-        let lines: Vec<Bytes> = items
+        let mut lines: Vec<Bytes> = items
             .into_iter()
             .filter(|o| matches(o))
             .map(|o| {
@@ -804,7 +823,17 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
                 watch_line(&e, table_of.as_ref())
             })
             .collect();
+        if options.send_initial_events == Some(true) {
+            lines.push(bookmark_line(
+                &target.t.api_version(),
+                &target.t.kind,
+                rv,
+                true,
+            ));
+        }
         (lines, rv)
+    } else if since == 0 {
+        (Vec::new(), store.resource_version())
     } else {
         (Vec::new(), since)
     };
@@ -879,13 +908,8 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
                 Ok(Err(RecvError::Lagged(_))) | Ok(Err(RecvError::Closed)) => return None,
                 Err(_) if tokio::time::Instant::now() >= s.deadline => return None,
                 Err(_) => {
-                    let bookmark = json!({
-                        "type": "BOOKMARK",
-                        "object": {"apiVersion": s.api_version, "kind": s.kind, "metadata": {"resourceVersion": s.last_rv.to_string()}}
-                    });
-                    let mut line = bookmark.to_string();
-                    line.push('\n');
-                    return Some((Ok(Bytes::from(line)), s));
+                    let line = bookmark_line(&s.api_version, &s.kind, s.last_rv, false);
+                    return Some((Ok(line), s));
                 }
             }
         }

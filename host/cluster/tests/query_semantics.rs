@@ -1,0 +1,221 @@
+//! The embedded API server over HTTP reading a request's query as a real one does: a watch
+//! however the boolean is spelled, kube-rs' streaming lists (`sendInitialEvents`, ended by the
+//! `k8s.io/initial-events-end` bookmark), server-side dry runs that store nothing, and the
+//! `400`/`422` Status a bad value gets, with the parameter named.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use serde_json::{Value, json};
+use tfjob_cluster::Store;
+
+async fn server() -> Client {
+    let (addr, _server) = tfjob_cluster::server::start(Store::new(), 0).await.unwrap();
+    Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+}
+
+/// The status code and body text of a raw request.
+async fn raw_text(client: &Client, method: &str, path: &str, body: Value) -> (u16, String) {
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let code = response.status().as_u16();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The status code and JSON body of a raw request.
+async fn raw(client: &Client, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let (code, text) = raw_text(client, method, path, body).await;
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn every_spelling_of_true_starts_a_watch() {
+    let client = server().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("a"))
+        .await
+        .unwrap();
+    for spelling in ["true", "True", "1", "yes", ""] {
+        // A watch of at most a second answers with the current object as ADDED, then ends.
+        let (code, text) = raw_text(
+            &client,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?watch={spelling}&timeoutSeconds=1"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(code, 200, "watch={spelling}: {text}");
+        let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first["type"], "ADDED", "watch={spelling}: {text}");
+        assert_eq!(first["object"]["metadata"]["name"], "a");
+    }
+    for spelling in ["false", "FALSE", "0"] {
+        let (code, listed) = raw(
+            &client,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?watch={spelling}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(code, 200);
+        assert_eq!(listed["kind"], "ConfigMapList", "watch={spelling}");
+    }
+}
+
+#[tokio::test]
+async fn a_streaming_list_ends_its_initial_objects_with_a_bookmark() {
+    let client = server().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for name in ["a", "b"] {
+        cms.create(&PostParams::default(), &configmap(name))
+            .await
+            .unwrap();
+    }
+    // kube-rs' watch-list: one watch with sendInitialEvents, no list request.
+    let config = watcher::Config::default().streaming_lists();
+    let mut events = watcher(cms.clone(), config).boxed();
+    let mut initial = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.try_next())
+            .await
+            .expect("the initial objects end")
+            .unwrap()
+            .unwrap();
+        match event {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(cm) => initial.push(cm.name_any()),
+            watcher::Event::InitDone => break,
+            other => panic!("before the initial objects ended: {other:?}"),
+        }
+    }
+    assert_eq!(initial, ["a", "b"]);
+    cms.create(&PostParams::default(), &configmap("c"))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(30), events.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(next, watcher::Event::Apply(cm) if cm.name_any() == "c"));
+}
+
+#[tokio::test]
+async fn a_dry_run_stores_nothing() {
+    let client = server().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let answered = cms.create(&dry, &configmap("ghost")).await.unwrap();
+    assert_eq!(answered.name_any(), "ghost");
+    assert!(cms.get_opt("ghost").await.unwrap().is_none());
+
+    cms.create(&PostParams::default(), &configmap("real"))
+        .await
+        .unwrap();
+    let before = cms.get("real").await.unwrap();
+    let patched = cms
+        .patch(
+            "real",
+            &PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"data": {"k": "changed"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["k"], "changed");
+    let deleted = cms
+        .delete(
+            "real",
+            &DeleteParams {
+                dry_run: true,
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(deleted.is_left());
+    assert_eq!(cms.get("real").await.unwrap(), before, "unchanged");
+
+    // kubectl's spelling of a server-side dry run of anything else is refused, by name.
+    let (code, status) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?dryRun=Client",
+        json!({"metadata": {"name": "x"}}),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(status["details"]["kind"], "CreateOptions");
+    assert_eq!(status["details"]["causes"][0]["field"], "dryRun");
+    assert!(cms.get_opt("x").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn bad_values_get_the_status_a_real_server_sends() {
+    let client = server().await;
+    for (path, code, names) in [
+        (
+            "/api/v1/namespaces/default/configmaps?limit=ten",
+            400,
+            "limit",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=99999999999999999999",
+            400,
+            "timeoutSeconds",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?resourceVersionMatch=Exact",
+            422,
+            "resourceVersionMatch",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?sendInitialEvents=true",
+            422,
+            "sendInitialEvents",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=abc",
+            400,
+            "resourceVersion",
+        ),
+    ] {
+        let (got, status) = raw(&client, "GET", path, Value::Null).await;
+        assert_eq!(got, code, "{path}: {status}");
+        assert_eq!(status["kind"], "Status", "{path}");
+        assert!(
+            status["message"].as_str().unwrap().contains(names),
+            "{path}: {status}"
+        );
+    }
+    let (code, status) = raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps/a?propagationPolicy=Sideways",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["details"]["kind"], "DeleteOptions");
+}
