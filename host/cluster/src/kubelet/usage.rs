@@ -26,8 +26,9 @@ pub struct Share {
 }
 
 impl Share {
-    /// The share of `pod` in group `group`: none unless it is bound and neither finished nor
-    /// being deleted (what a finished or deleted pod held is free again).
+    /// The share of `pod` in group `group`: none unless it is bound and not finished. A pod
+    /// being deleted still holds its share until it is gone from the store, as kube-scheduler
+    /// counts a terminating pod: its containers may still be running out their grace period.
     pub fn of(pod: &Value, group: Option<GroupKey>) -> Option<Share> {
         let node = pod
             .pointer("/spec/nodeName")
@@ -44,12 +45,12 @@ impl Share {
     }
 }
 
-/// Done (`Succeeded`/`Failed`) or being deleted.
+/// Done: `Succeeded` or `Failed`. Being deleted is not done.
 pub fn finished(pod: &Value) -> bool {
     matches!(
         pod.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
-    ) || pod.pointer("/metadata/deletionTimestamp").is_some()
+    )
 }
 
 /// The requests and number of the pods bound to one node.
@@ -231,16 +232,44 @@ mod tests {
     }
 
     #[test]
-    fn finished_unbound_and_deleted_pods_hold_nothing() {
+    fn finished_and_unbound_pods_hold_nothing() {
         assert!(Share::of(&pod("a", None, "1", "Pending"), None).is_none());
         assert!(Share::of(&pod("a", Some("n"), "1", "Succeeded"), None).is_none());
         assert!(Share::of(&pod("a", Some("n"), "1", "Failed"), None).is_none());
-        let mut deleting = pod("a", Some("n"), "1", "Running");
-        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert!(Share::of(&deleting, None).is_none());
         let running = Share::of(&pod("a", Some("n"), "1500m", "Running"), None).unwrap();
         assert_eq!(running.node, "n");
         assert_eq!(running.requests.get("cpu"), Some(&1500));
+    }
+
+    #[test]
+    fn a_terminating_pod_holds_its_share_until_it_is_gone() {
+        let g = Some(("ns".to_owned(), "g".to_owned()));
+        let mut usage = Usage::default();
+        let mut pods: HashMap<String, Value> = HashMap::new();
+        let check = |usage: &Usage, pods: &HashMap<String, Value>, when: &str| {
+            let group_of = |uid: &str| (uid == "a").then(|| ("ns".to_owned(), "g".to_owned()));
+            assert_eq!(*usage, Usage::recount(pods.values(), group_of), "{when}");
+        };
+        // Bound.
+        let bound = pod("a", Some("n"), "2", "Running");
+        usage.set("a", Share::of(&bound, g.clone()));
+        pods.insert("a".into(), bound.clone());
+        check(&usage, &pods, "bound");
+        assert_eq!(usage.node("n").unwrap().used.get("cpu"), Some(&2000));
+        // Deletion requested: a finalizer or a grace period keeps the object.
+        let mut terminating = bound;
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        usage.set("a", Share::of(&terminating, g.clone()));
+        pods.insert("a".into(), terminating);
+        check(&usage, &pods, "terminating");
+        assert_eq!(usage.node("n").unwrap().used.get("cpu"), Some(&2000), "still held");
+        assert_eq!(usage.groups(|_| true)[&g.clone().unwrap()].get("cpu"), Some(&2000));
+        // Gone from the store: freed.
+        usage.set("a", None);
+        pods.remove("a");
+        check(&usage, &pods, "gone");
+        assert!(usage.node("n").is_none());
+        assert!(usage.groups(|_| true).is_empty());
     }
 
     #[test]
