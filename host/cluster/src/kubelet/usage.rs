@@ -262,8 +262,15 @@ mod tests {
         usage.set("a", Share::of(&terminating, g.clone()));
         pods.insert("a".into(), terminating);
         check(&usage, &pods, "terminating");
-        assert_eq!(usage.node("n").unwrap().used.get("cpu"), Some(&2000), "still held");
-        assert_eq!(usage.groups(|_| true)[&g.clone().unwrap()].get("cpu"), Some(&2000));
+        assert_eq!(
+            usage.node("n").unwrap().used.get("cpu"),
+            Some(&2000),
+            "still held"
+        );
+        assert_eq!(
+            usage.groups(|_| true)[&g.clone().unwrap()].get("cpu"),
+            Some(&2000)
+        );
         // Gone from the store: freed.
         usage.set("a", None);
         pods.remove("a");
