@@ -5,7 +5,7 @@
 //!
 //! The values are those of Kubernetes' own defaulting (`SetDefaults_*` in `pkg/apis/*/v1`), the
 //! registry strategies' `PrepareForCreate` and the default admission plugins (`ServiceAccount`,
-//! `DefaultTolerationSeconds`, `Priority`), as of Kubernetes 1.33; `docs/embedded-cluster.md`
+//! `DefaultTolerationSeconds`, `Priority`), as of Kubernetes 1.33; `docs/python-client.md`
 //! lists them and what is left out. Each default fills only a field the object leaves unset, so
 //! writing the result back changes nothing, and objects the simulation stores with a status of
 //! their own keep it.
