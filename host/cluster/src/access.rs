@@ -24,10 +24,10 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::Value;
 
+use crate::http::json_response;
 use crate::owner_refs;
 use crate::rbac::{Attributes, Decision, Policy, ResourceAttributes, UserInfo};
-use crate::requests::{self, Denial};
-use crate::server::{ApiServer, json_response};
+use crate::requests::{self, Denial, RequestStats};
 use crate::store::Store;
 use crate::tokens::{Tokens, Unauthenticated};
 
@@ -117,13 +117,21 @@ struct Refusal {
     message: String,
 }
 
+/// What the access middleware reads: the objects (roles, bindings, owners), the tokens and
+/// the authorization switch, and where denials are recorded.
+pub(crate) struct Gate {
+    pub store: Arc<Store>,
+    pub access: Access,
+    pub stats: RequestStats,
+}
+
 /// Authenticates, authorizes and admits every request.
 pub(crate) async fn middleware(
-    State(server): State<Arc<ApiServer>>,
+    State(server): State<Arc<Gate>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let access = &server.options.access;
+    let access = &server.access;
     let user = match access.tokens.authenticate(request.headers()) {
         Ok(user) => user,
         Err(e) => {
@@ -304,7 +312,7 @@ fn check_owner_refs(
 
 /// Answers `403 Forbidden` for `request` (whose attributes are `attributes`) and records it.
 async fn refuse(
-    server: &ApiServer,
+    server: &Gate,
     request: Request,
     user: &UserInfo,
     attributes: &Attributes,
@@ -326,7 +334,7 @@ async fn refuse(
             (verb.clone(), String::new(), path.clone(), String::new())
         }
     };
-    server.options.stats.record_denial(Denial {
+    server.stats.record_denial(Denial {
         user: user.name.clone(),
         agent,
         verb,

@@ -510,12 +510,37 @@ fn to_cel(value: &Value) -> Cel {
     }
 }
 
+/// A test CRD, `widgets.example.com`, whose `spec.field` (an object, or with `at_items` a list
+/// of objects) carries `rule`.
+#[cfg(test)]
+pub(crate) fn widget_crd(rule: Value, at_items: bool) -> Value {
+    use serde_json::json;
+    let field = if at_items {
+        json!({"type": "array", "items": {"type": "object", "x-kubernetes-validations": [rule]}})
+    } else {
+        json!({"type": "object", "properties": {"replicas": {"type": "integer"}}, "x-kubernetes-validations": [rule]})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {"field": field}}},
+            }}}],
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{Patch, Store};
 
     fn rules(schema: Value) -> SchemaRules {
         SchemaRules::compile(&schema).expect("the test schema compiles")
@@ -748,28 +773,6 @@ mod tests {
         );
     }
 
-    fn crd(rule: Value, at_items: bool) -> Value {
-        let field = if at_items {
-            json!({"type": "array", "items": {"type": "object", "x-kubernetes-validations": [rule]}})
-        } else {
-            json!({"type": "object", "properties": {"replicas": {"type": "integer"}}, "x-kubernetes-validations": [rule]})
-        };
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": "widgets.example.com"},
-            "spec": {
-                "group": "example.com",
-                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-                "scope": "Namespaced",
-                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {"spec": {"type": "object", "properties": {"field": field}}},
-                }}}],
-            },
-        })
-    }
-
     #[test]
     fn a_crd_whose_rule_does_not_compile_is_refused_with_the_rule_path() {
         let field_path =
@@ -793,7 +796,7 @@ mod tests {
                 "fieldPath",
             ),
         ] {
-            let cause = check_crd(&crd(rule.clone(), at_items)).expect_err("refused");
+            let cause = check_crd(&widget_crd(rule.clone(), at_items)).expect_err("refused");
             let items = if at_items { ".items" } else { "" };
             assert_eq!(
                 cause.field,
@@ -803,69 +806,11 @@ mod tests {
             assert_eq!(cause.reason, "FieldValueInvalid");
         }
         assert_eq!(
-            check_crd(&crd(
+            check_crd(&widget_crd(
                 json!({"rule": "self.replicas >= 0", "fieldPath": ".replicas"}),
                 false
             )),
             Ok(())
         );
-    }
-
-    #[test]
-    fn the_store_refuses_bad_crds_and_invalid_objects_with_status_causes() {
-        let store = Store::new();
-        let bad = crate::crd::install(&store, crd(json!({"rule": "self >"}), false))
-            .expect_err("a rule that does not compile refuses the CRD");
-        assert_eq!(bad.code, 422);
-        assert!(
-            bad.message.starts_with("CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: spec.versions[0]"),
-            "{}",
-            bad.message
-        );
-        assert!(store.resource("example.com", "widgets").is_none());
-
-        let rule = json!({"rule": "!has(self.replicas) || self.replicas < 3", "message": "at most 2", "fieldPath": ".replicas"});
-        crate::crd::install(&store, crd(rule, false)).expect("the CRD is served");
-        let widgets = store.resource("example.com", "widgets").unwrap();
-        let err = store
-            .create(
-                &widgets,
-                Some("default"),
-                json!({"metadata": {"name": "w"}, "spec": {"field": {"replicas": 3}}}),
-            )
-            .expect_err("refused at admission");
-        assert_eq!(
-            err.message,
-            "Widget.example.com \"w\" is invalid: spec.field.replicas: Invalid value: \"object\": at most 2"
-        );
-        let status = err.status();
-        assert_eq!(status["code"], 422);
-        assert_eq!(status["reason"], "Invalid");
-        assert_eq!(
-            status["details"],
-            json!({"name": "w", "group": "example.com", "kind": "Widget", "causes": [
-                {"reason": "FieldValueInvalid", "field": "spec.field.replicas", "message": "Invalid value: \"object\": at most 2"}
-            ]})
-        );
-        assert!(
-            store.get(&widgets, Some("default"), "w").is_err(),
-            "nothing stored"
-        );
-
-        store
-            .create(
-                &widgets,
-                Some("default"),
-                json!({"metadata": {"name": "w"}, "spec": {"field": {"replicas": 1}}}),
-            )
-            .expect("a valid object is stored");
-        let patched = store.patch(
-            &widgets,
-            Some("default"),
-            "w",
-            Patch::Merge(json!({"spec": {"field": {"replicas": 7}}})),
-            false,
-        );
-        assert_eq!(patched.expect_err("patches are admitted too").code, 422);
     }
 }

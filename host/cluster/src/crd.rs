@@ -116,3 +116,69 @@ pub fn established(store: &Store, crd: &Value) -> Result<Value, ApiError> {
         )
         .map(Arc::unwrap_or_clone)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cel_admission::widget_crd;
+
+    #[test]
+    fn the_store_refuses_bad_crds_and_invalid_objects_with_status_causes() {
+        let store = Store::new();
+        let bad = install(&store, widget_crd(json!({"rule": "self >"}), false))
+            .expect_err("a rule that does not compile refuses the CRD");
+        assert_eq!(bad.code, 422);
+        assert!(
+            bad.message.starts_with("CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: spec.versions[0]"),
+            "{}",
+            bad.message
+        );
+        assert!(store.resource("example.com", "widgets").is_none());
+
+        let rule = json!({"rule": "!has(self.replicas) || self.replicas < 3", "message": "at most 2", "fieldPath": ".replicas"});
+        install(&store, widget_crd(rule, false)).expect("the CRD is served");
+        let widgets = store.resource("example.com", "widgets").unwrap();
+        let err = store
+            .create(
+                &widgets,
+                Some("default"),
+                json!({"metadata": {"name": "w"}, "spec": {"field": {"replicas": 3}}}),
+            )
+            .expect_err("refused at admission");
+        assert_eq!(
+            err.message,
+            "Widget.example.com \"w\" is invalid: spec.field.replicas: Invalid value: \"object\": at most 2"
+        );
+        let status = err.status();
+        assert_eq!(status["code"], 422);
+        assert_eq!(status["reason"], "Invalid");
+        assert_eq!(
+            status["details"],
+            json!({"name": "w", "group": "example.com", "kind": "Widget", "causes": [
+                {"reason": "FieldValueInvalid", "field": "spec.field.replicas", "message": "Invalid value: \"object\": at most 2"}
+            ]})
+        );
+        assert!(
+            store.get(&widgets, Some("default"), "w").is_err(),
+            "nothing stored"
+        );
+
+        store
+            .create(
+                &widgets,
+                Some("default"),
+                json!({"metadata": {"name": "w"}, "spec": {"field": {"replicas": 1}}}),
+            )
+            .expect("a valid object is stored");
+        let patched = store.patch(
+            &widgets,
+            Some("default"),
+            "w",
+            Patch::Merge(json!({"spec": {"field": {"replicas": 7}}})),
+            false,
+        );
+        assert_eq!(patched.expect_err("patches are admitted too").code, 422);
+    }
+}

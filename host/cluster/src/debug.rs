@@ -20,15 +20,33 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, Faults};
+use crate::http::{error_response, json_response};
+use crate::requests::RequestStats;
 use crate::requests::{self, Verb};
-use crate::server::{ApiServer, error_response, json_response};
 
 /// Largest request body read before answering with an injected error.
 const MAX_DRAINED_BODY: usize = 64 << 20;
 
+/// What the test hooks read and change: the faults and the request counters.
+pub(crate) struct Hooks {
+    pub faults: Faults,
+    pub stats: RequestStats,
+}
+
+/// The `/debug/faults` and `/debug/requests` routes, for any router's state.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>(hooks: Arc<Hooks>) -> axum::Router<S> {
+    axum::Router::new()
+        .route(
+            "/debug/faults",
+            axum::routing::get(get_faults).put(put_faults),
+        )
+        .route("/debug/requests", axum::routing::get(get_requests))
+        .with_state(hooks)
+}
+
 /// Injects the configured faults into resource requests and counts them.
 pub(crate) async fn middleware(
-    State(server): State<Arc<ApiServer>>,
+    State(server): State<Arc<Hooks>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -36,7 +54,7 @@ pub(crate) async fn middleware(
         return next.run(request).await;
     };
     let agent = requests::agent(request.headers());
-    let faults = &server.options.faults;
+    let faults = &server.faults;
     let decision = faults.decide(&info);
     if let Some(delay) = decision.delay {
         tokio::time::sleep(delay).await;
@@ -64,10 +82,7 @@ pub(crate) async fn middleware(
             }
         }
     };
-    server
-        .options
-        .stats
-        .record(&info, &agent, response.status());
+    server.stats.record(&info, &agent, response.status());
     response
 }
 
@@ -84,14 +99,14 @@ fn cut_after(response: Response, after: Duration, faults: Faults) -> Response {
 }
 
 /// `GET /debug/faults`: the configuration in force.
-pub(crate) async fn get_faults(State(server): State<Arc<ApiServer>>) -> Response {
-    json_response(200, &json!(server.options.faults.get()))
+async fn get_faults(State(server): State<Arc<Hooks>>) -> Response {
+    json_response(200, &json!(server.faults.get()))
 }
 
 /// `PUT /debug/faults`: replaces the configuration; `400` naming the field when it is not valid.
-pub(crate) async fn put_faults(State(server): State<Arc<ApiServer>>, body: Bytes) -> Response {
+async fn put_faults(State(server): State<Arc<Hooks>>, body: Bytes) -> Response {
     let applied = FaultConfig::from_json(&body).and_then(|config| {
-        server.options.faults.set(config.clone())?;
+        server.faults.set(config.clone())?;
         Ok(config)
     });
     match applied {
@@ -106,16 +121,16 @@ pub(crate) async fn put_faults(State(server): State<Arc<ApiServer>>, body: Bytes
 }
 
 /// `GET /debug/requests`: the request counters and the faults injected so far.
-pub(crate) async fn get_requests(State(server): State<Arc<ApiServer>>) -> Response {
-    let snapshot = server.options.stats.snapshot();
+async fn get_requests(State(server): State<Arc<Hooks>>) -> Response {
+    let snapshot = server.stats.snapshot();
     json_response(
         200,
         &json!({
             "requests": snapshot.requests,
             "agents": snapshot.agents,
-            "faults": server.options.faults.counts(),
-            "denied": server.options.stats.denied(),
-            "denials": server.options.stats.denials(),
+            "faults": server.faults.counts(),
+            "denied": server.stats.denied(),
+            "denials": server.stats.denials(),
         }),
     )
 }

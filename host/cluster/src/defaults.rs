@@ -16,15 +16,21 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::kubelet::schedule::parse_quantity;
-use crate::store::ResourceType;
+use tfjob_policy_logic::quantity::Quantity;
 
-/// Fills the defaults of `obj`, an object of type `t` about to be stored by any write.
-pub fn on_write(t: &ResourceType, obj: &mut Value) {
+/// The API group and plural of an object's type: `("", "pods")`, `("apps", "deployments")`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kind<'a> {
+    pub group: &'a str,
+    pub plural: &'a str,
+}
+
+/// Fills the defaults of `obj`, an object of `kind` about to be stored by any write.
+pub fn on_write(kind: Kind<'_>, obj: &mut Value) {
     let Some(obj) = obj.as_object_mut() else {
         return;
     };
-    match (t.group.as_str(), t.plural.as_str()) {
+    match (kind.group, kind.plural) {
         ("", "pods") => {
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 pod_spec(spec);
@@ -50,11 +56,11 @@ pub fn on_write(t: &ResourceType, obj: &mut Value) {
 }
 
 /// Fills what a real server sets on a new object only: the status it starts with.
-pub fn on_create(t: &ResourceType, obj: &mut Value) {
+pub fn on_create(kind: Kind<'_>, obj: &mut Value) {
     let Some(obj) = obj.as_object_mut() else {
         return;
     };
-    match (t.group.as_str(), t.plural.as_str()) {
+    match (kind.group, kind.plural) {
         ("", "pods") => {
             let qos = qos_class(obj.get("spec").unwrap_or(&Value::Null));
             let status = object(obj, "status");
@@ -269,8 +275,8 @@ pub fn qos_class(spec: &Value) -> &'static str {
                 .filter_map(|name| {
                     let q = c.pointer(&format!("/resources/{kind}/{name}"))?;
                     let amount = match q {
-                        Value::String(s) => parse_quantity(s)?,
-                        Value::Number(n) => i128::from(n.as_i64()?) * 1000,
+                        Value::String(s) => Quantity::parse(s).ok()?.nanos(),
+                        Value::Number(n) => i128::from(n.as_i64()?) * 1_000_000_000,
                         _ => return None,
                     };
                     (amount > 0).then_some((*name, amount))
@@ -340,8 +346,13 @@ fn service_spec(spec: &mut Map<String, Value>) {
 
 /// An update of a service that leaves out its cluster IP or node ports keeps those it holds
 /// (they cannot change), as a real server's service strategy does.
-pub fn keep_allocations(t: &ResourceType, current: &Value, next: &mut Value) {
-    if !(t.group.is_empty() && t.plural == "services") {
+pub fn keep_allocations(kind: Kind<'_>, current: &Value, next: &mut Value) {
+    if kind
+        != (Kind {
+            group: "",
+            plural: "services",
+        })
+    {
         return;
     }
     let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) else {
@@ -450,19 +461,15 @@ fn pod_template_spec(spec: &mut Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::builtin_types;
-
-    fn of(plural: &str) -> ResourceType {
-        builtin_types()
-            .into_iter()
-            .find(|t| t.plural == plural)
-            .unwrap()
+    fn of(plural: &str) -> Kind<'_> {
+        let group = if plural == "deployments" { "apps" } else { "" };
+        Kind { group, plural }
     }
 
     fn created(plural: &str, mut obj: Value) -> Value {
         let t = of(plural);
-        on_write(&t, &mut obj);
-        on_create(&t, &mut obj);
+        on_write(t, &mut obj);
+        on_create(t, &mut obj);
         obj
     }
 

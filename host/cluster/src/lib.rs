@@ -23,6 +23,7 @@ mod debug;
 pub mod defaults;
 pub mod error;
 pub mod faults;
+mod http;
 pub mod impersonation;
 pub mod kubelet;
 pub mod logs;

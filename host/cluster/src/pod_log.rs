@@ -19,9 +19,9 @@ use axum::response::Response;
 use jiff::Timestamp;
 use serde_json::Value;
 
+use crate::http::error_response;
 use crate::logs::{LogOptions, RunLog, format_line, render};
 use crate::query::Query;
-use crate::server::error_response;
 use crate::{ApiError, Store};
 
 /// Answers a `pods/log` request.

@@ -25,6 +25,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::access::Access;
 use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
+use crate::http::{error_response, json_response};
 use crate::query::{
     DeleteQuery, ListOptions, Query, Write, WriteOptions, invalid_options, not_supported,
 };
@@ -92,6 +93,15 @@ pub fn router(store: Arc<Store>) -> Router {
 
 /// The router, injecting and counting through `options`.
 pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
+    let gate = Arc::new(crate::access::Gate {
+        store: Arc::clone(&store),
+        access: options.access.clone(),
+        stats: options.stats.clone(),
+    });
+    let hooks = Arc::new(crate::debug::Hooks {
+        faults: options.faults.clone(),
+        stats: options.stats.clone(),
+    });
     let state = Arc::new(ApiServer { store, options });
     Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -100,21 +110,14 @@ pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
         .route("/version", axum::routing::get(version))
         .route("/openapi/v3", axum::routing::get(openapi_index))
         .route("/openapi/v3/{*path}", axum::routing::get(openapi_document))
-        .route(
-            "/debug/faults",
-            axum::routing::get(crate::debug::get_faults).put(crate::debug::put_faults),
-        )
-        .route(
-            "/debug/requests",
-            axum::routing::get(crate::debug::get_requests),
-        )
+        .merge(crate::debug::routes(Arc::clone(&hooks)))
         .fallback(handle)
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
+            gate,
             crate::access::middleware,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
+            hooks,
             crate::debug::middleware,
         ))
         .with_state(state)
@@ -194,19 +197,6 @@ async fn version() -> Response {
             "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"
         }),
     )
-}
-
-pub(crate) fn json_response(code: u16, body: &Value) -> Response {
-    (
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-pub(crate) fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, &e.status())
 }
 
 /// Which objects a request addresses.

@@ -69,6 +69,14 @@ impl ResourceType {
         }
     }
 
+    /// The group and plural, as defaulting reads them.
+    pub fn kind_of(&self) -> defaults::Kind<'_> {
+        defaults::Kind {
+            group: &self.group,
+            plural: &self.plural,
+        }
+    }
+
     /// Whether the type is one of the built-in kinds (not served for a CRD), whose Go types
     /// give strategic merge patches their merge keys.
     pub fn is_builtin(&self) -> bool {
@@ -664,8 +672,8 @@ impl Store {
         // Rules read the name, generated ones included.
         meta_mut(&mut obj).insert("name".into(), json!(name));
         // A real server defaults what it decodes before admission sees it.
-        defaults::on_write(t, &mut obj);
-        defaults::on_create(t, &mut obj);
+        defaults::on_write(t.kind_of(), &mut obj);
+        defaults::on_create(t.kind_of(), &mut obj);
         Self::validate(&inner, t, &obj, None)?;
         if key.0 == SERVICES {
             Self::allocate(&mut inner, t, &name, &mut obj)?;
@@ -745,7 +753,7 @@ impl Store {
             };
             svc["spec"]["ports"][port]["nodePort"] = json!(number);
         }
-        defaults::on_write(t, svc);
+        defaults::on_write(t.kind_of(), svc);
         Ok(())
     }
 
@@ -886,8 +894,8 @@ impl Store {
             next
         };
         if !status_only {
-            defaults::keep_allocations(t, &current, &mut next);
-            defaults::on_write(t, &mut next);
+            defaults::keep_allocations(t.kind_of(), &current, &mut next);
+            defaults::on_write(t.kind_of(), &mut next);
             Self::validate(inner, t, &next, Some(&current))?;
         }
         // Server-owned metadata survives any update.
