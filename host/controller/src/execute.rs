@@ -17,7 +17,7 @@ use tfjob_planner::{Deletion, EventType, JobEvent, Plan};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::gang::{self, Applied};
+use crate::pod_group::{self, Applied};
 
 /// How soon a job is looked at again after its status write lost an optimistic-concurrency race.
 pub const CONFLICT_RETRY: Duration = Duration::from_millis(500);
@@ -69,7 +69,7 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     // The group before any pod: a gang scheduler must find the group its pods name. A group
     // that cannot be written stops the reconcile here, as 1.9 created no pods then.
     if let (Some(change), Some(gang)) = (&plan.pod_group, &ctx.gang)
-        && let Applied::Conflict = gang::apply(ctx, gang, job, &reference, change).await?
+        && let Applied::Conflict = pod_group::apply(ctx, gang, job, &reference, change).await?
     {
         return Ok(Executed::Conflict);
     }

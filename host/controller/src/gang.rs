@@ -1,5 +1,5 @@
-//! Gang scheduling IO: the caches of PodGroups and PriorityClasses the planner reads, and
-//! carrying out its [`PodGroupChange`].
+//! Gang scheduling IO: the caches of PodGroups and PriorityClasses the planner reads (the
+//! planner's [`PodGroupChange`] is carried out by [`crate::pod_group`]).
 //!
 //! Only present when the operator runs with a gang scheduler. PodGroups are read as dynamic
 //! objects of the backend's group and version (Volcano's or scheduler-plugins'), so neither
@@ -10,19 +10,14 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tfjob_api::TFJob;
 use tfjob_planner::gang::{GangScheduler, ObservedPodGroup, POD_GROUP_KIND, POD_GROUP_PLURAL};
-use tfjob_planner::{EventType, JobEvent, gang::PodGroupChange};
-
-use crate::context::Context;
-use crate::error::Error;
 
 /// The caches gang scheduling reads.
 pub struct GangCaches {
@@ -99,106 +94,4 @@ impl GangCaches {
             .map(|pc| (pc.name_any(), pc.value))
             .collect()
     }
-}
-
-/// What applying a PodGroup change led to.
-pub enum Applied {
-    Done,
-    /// The stored group changed since it was cached; look again shortly.
-    Conflict,
-}
-
-/// Creates, updates or deletes the job's PodGroup, with events as 1.9 published them for
-/// deletions (and the pod events' wording for creations).
-pub async fn apply(
-    ctx: &Context,
-    gang: &GangCaches,
-    job: &TFJob,
-    reference: &ObjectReference,
-    change: &PodGroupChange,
-) -> Result<Applied, Error> {
-    let name = job.name_any();
-    let namespace = job.namespace().unwrap_or_else(|| "default".into());
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &gang.resource);
-    match change {
-        PodGroupChange::Create(object) => {
-            let object: DynamicObject = serde_json::from_value(object.clone())
-                .map_err(|e| Error::Internal(format!("PodGroup of {namespace}/{name}: {e}")))?;
-            match api.create(&PostParams::default(), &object).await {
-                Ok(_) => {
-                    ctx.metrics.pod_group_created();
-                    let event = JobEvent::new(
-                        EventType::Normal,
-                        "SuccessfulCreatePodGroup",
-                        format!("Created PodGroup: {name}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                }
-                // Created by an earlier reconcile whose result the cache does not show yet.
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(e) => {
-                    let event = JobEvent::new(
-                        EventType::Warning,
-                        "FailedCreatePodGroup",
-                        format!("Error creating: {e}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                    return Err(Error::kube(
-                        format!("creating PodGroup {namespace}/{name}"),
-                        e,
-                    ));
-                }
-            }
-        }
-        PodGroupChange::UpdateSpec(spec) => {
-            let key = ObjectRef::new_with(&name, gang.resource.clone()).within(&namespace);
-            let Some(cached) = gang.pod_groups.get(&key) else {
-                return Ok(Applied::Conflict);
-            };
-            let mut updated = (*cached).clone();
-            updated.data["spec"] = spec.clone();
-            match api.replace(&name, &PostParams::default(), &updated).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
-                    return Ok(Applied::Conflict);
-                }
-                Err(e) => {
-                    return Err(Error::kube(
-                        format!("updating PodGroup {namespace}/{name}"),
-                        e,
-                    ));
-                }
-            }
-        }
-        PodGroupChange::Delete => match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {
-                ctx.metrics.pod_group_deleted();
-                let event = JobEvent::new(
-                    EventType::Normal,
-                    "SuccessfulDeletePodGroup",
-                    format!("Deleted PodGroup: {name}"),
-                    None,
-                );
-                ctx.publish(reference, &event).await;
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => {
-                let event = JobEvent::new(
-                    EventType::Warning,
-                    "FailedDeletePodGroup",
-                    format!("Error deleting: {e}"),
-                    None,
-                );
-                ctx.publish(reference, &event).await;
-                return Err(Error::kube(
-                    format!("deleting PodGroup {namespace}/{name}"),
-                    e,
-                ));
-            }
-        },
-    }
-    Ok(Applied::Done)
 }

@@ -21,6 +21,7 @@ pub mod leader;
 pub mod metrics;
 pub mod outcome;
 pub mod owner_index;
+pub mod pod_group;
 pub mod process;
 pub mod progress;
 pub mod recent;
