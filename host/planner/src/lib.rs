@@ -10,7 +10,9 @@
 
 pub mod call_watch;
 pub mod conditions;
+pub mod events;
 pub mod gang;
+pub mod names;
 pub mod native;
 pub mod objects;
 pub mod plan;

@@ -14,10 +14,7 @@ use tfjob_api::{ReplicaType, RestartPolicy};
 
 use crate::tf_config::tf_config;
 
-/// `<job>-<lowercase type>-<index>`, with every `/` of the job name replaced by `-`.
-pub fn object_name(job_name: &str, rtype: ReplicaType, index: i32) -> String {
-    format!("{job_name}-{}-{index}", rtype.lower()).replace('/', "-")
-}
+pub use crate::names::object_name;
 
 /// Labels that select every object of one job.
 pub fn job_labels(job_name: &str) -> BTreeMap<String, String> {

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::plan::{EventType, JobEvent};
+use crate::events::{EventType, JobEvent};
 
 /// Container waiting reasons worth a warning.
 const WAITING_PROBLEMS: [&str; 6] = [

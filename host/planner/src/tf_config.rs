@@ -14,7 +14,7 @@ use tfjob_api::ReplicaType;
 use tfjob_api::labels::{DEFAULT_PORT, DEFAULT_PORT_NAME};
 use tfjob_api::validation::{ValidJob, default_container_index};
 
-use crate::objects::object_name;
+use crate::names::object_name;
 
 #[derive(Serialize)]
 struct Task<'a> {
