@@ -616,7 +616,8 @@ impl Breakers {
             }
         }
         if let Some(m) = self.shared.metrics.get() {
-            m.breaker_changed(&key.name, key.mode, change);
+            let open = matches!(change, Change::Tripped | Change::Reopened);
+            m.breaker_set(&key.name, key.mode, open);
         }
         self.shared
             .changes

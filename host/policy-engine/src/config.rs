@@ -80,10 +80,14 @@ impl Default for TenantLimits {
 /// directory the default decoration mounts, nothing else.
 pub fn default_ceiling() -> Capabilities {
     Capabilities {
-        host_paths: vec![crate::defaults::NVIDIA_DRIVER_HOST_PATH.to_owned()],
+        host_paths: vec![NVIDIA_DRIVER_HOST_PATH.to_owned()],
         ..Capabilities::default()
     }
 }
+
+/// The host directory with the NVIDIA driver on GPU nodes (GKE's layout): the one host path
+/// policies may mount by default, since the default decoration mounts it into GPU containers.
+pub const NVIDIA_DRIVER_HOST_PATH: &str = "/home/kubernetes/bin/nvidia";
 
 /// How often the epoch ticker advances; deadlines are rounded up to a multiple of it.
 pub const EPOCH_TICK: Duration = Duration::from_millis(2);

@@ -15,7 +15,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::breaker::Change;
 use crate::engine::Hook;
 use crate::error::Category;
 use crate::registry::PolicyMode;
@@ -189,20 +188,17 @@ impl PolicyMetrics {
             .inc();
     }
 
-    /// Records a breaker opening or closing.
-    pub fn breaker_changed(&self, policy: &str, mode: PolicyMode, change: Change) {
+    /// Records a breaker opening (`open`, counted as a trip) or closing.
+    pub fn breaker_set(&self, policy: &str, mode: PolicyMode, open: bool) {
         let labels = BreakerLabels {
             policy: policy.to_owned(),
             mode: mode_label(mode),
         };
-        match change {
-            Change::Tripped | Change::Reopened => {
-                self.breaker_open.get_or_create(&labels).set(1);
-                self.breaker_trips.get_or_create(&labels).inc();
-            }
-            Change::Closed | Change::Reset => {
-                self.breaker_open.get_or_create(&labels).set(0);
-            }
+        self.breaker_open
+            .get_or_create(&labels)
+            .set(i64::from(open));
+        if open {
+            self.breaker_trips.get_or_create(&labels).inc();
         }
     }
 

@@ -539,35 +539,6 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SandboxLimits;
-    use crate::defaults::{DEFAULTS, manifest};
-
-    fn active(engine: &PolicyEngine, name: &str, order: i32, hook_of: usize) -> ActivePolicy {
-        let d = &DEFAULTS[hook_of];
-        let mut m = manifest(d);
-        m.name = name.into();
-        m.order = order;
-        activate(engine, m, d.wasm).unwrap()
-    }
-
-    #[test]
-    fn sets_order_by_order_then_name_and_later_names_replace_earlier() {
-        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
-        let set = PolicySet::new([
-            active(&engine, "b", 5, 0),
-            active(&engine, "a", 5, 0),
-            active(&engine, "z", -1, 0),
-            active(&engine, "a", 7, 0),
-            active(&engine, "classify", 0, 2),
-        ]);
-        let decorate: Vec<(&str, i32)> = set
-            .for_hook(Hook::Decorate)
-            .map(|p| (p.name(), p.manifest.order))
-            .collect();
-        assert_eq!(decorate, vec![("z", -1), ("b", 5), ("a", 7)]);
-        assert_eq!(set.for_hook(Hook::Classify).count(), 1);
-        assert!(set.get("classify").is_some());
-    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -680,42 +651,5 @@ mod tests {
             m.validate(&Capabilities::everything()).unwrap_err().field,
             "selector.matchExpressions[0].values"
         );
-    }
-
-    #[test]
-    fn only_enforced_policies_with_a_matching_selector_are_enforced() {
-        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
-        let mut shadow = active(&engine, "shadow", 0, 0);
-        shadow.manifest.mode = PolicyMode::Shadow;
-        let mut vision = active(&engine, "vision", 1, 0);
-        vision.manifest.selector.namespaces = vec!["vision".into()];
-        let set = PolicySet::new([shadow, vision, active(&engine, "all", 2, 0)]);
-        let no_labels = BTreeMap::new();
-        let names = |ns: &str| -> Vec<String> {
-            set.enforced(Hook::Decorate, ns, &no_labels)
-                .map(|p| p.name().to_owned())
-                .collect()
-        };
-        assert_eq!(names("ml"), vec!["all"]);
-        assert_eq!(names("vision"), vec!["vision", "all"]);
-        let shadows: Vec<&str> = set
-            .shadowing(Hook::Decorate, "ml", &no_labels)
-            .map(|p| p.name())
-            .collect();
-        assert_eq!(shadows, vec!["shadow"]);
-    }
-
-    #[test]
-    fn a_snapshot_outlives_a_swap() {
-        let engine = PolicyEngine::new(SandboxLimits::default()).unwrap();
-        let registry = Registry::new(PolicySet::new([active(&engine, "old", 0, 0)]));
-        let before = registry.snapshot();
-        registry.swap(PolicySet::new([active(&engine, "new", 0, 0)]));
-        assert!(
-            before.get("old").is_some(),
-            "an evaluation in flight keeps its set"
-        );
-        let after = registry.snapshot();
-        assert!(after.get("new").is_some() && after.get("old").is_none());
     }
 }
