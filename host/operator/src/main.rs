@@ -10,6 +10,7 @@ mod policy_new;
 mod policy_suite;
 mod render;
 mod run;
+mod sdk_bundle;
 mod up;
 
 use std::process::ExitCode;

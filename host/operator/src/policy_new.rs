@@ -3,9 +3,9 @@
 //! Starting a policy from the SDK's README means copying a manifest, a WIT file and a skeleton
 //! and getting each detail right (the crate type, the workspace table, the world, the settings
 //! type). The scaffold writes all of it for the chosen hooks: `Cargo.toml` with the SDK as a
-//! path dependency (inside a checkout of this repository, or with `--sdk-path`) or as the git
-//! dependency the SDK's README documents, the contract's WIT exactly as this operator embeds
-//! it, `src/lib.rs` with a settings type and one implementation per hook, a native unit test,
+//! path dependency (inside a checkout of this repository, or with `--sdk-path`; elsewhere the
+//! SDK this binary carries, written into the crate's `vendor/` by [`crate::sdk_bundle`]), the
+//! contract's WIT exactly as this operator embeds it, `src/lib.rs` with a settings type and one implementation per hook, a native unit test,
 //! a test suite for `policy test --suite` and a README. It builds with
 //! `cargo build --release --target wasm32-wasip2` and passes its own suite as generated.
 //!
@@ -52,8 +52,8 @@ pub struct NewArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// The SDK crate (`guest-policies/sdk` of the operator's repository) to depend on by path
-    /// [default: this repository's, when DIR is inside a checkout of it; else the git
-    /// repository].
+    /// [default: this repository's, when DIR is inside a checkout of it; else the SDK this
+    /// binary carries, written into the crate's `vendor/`].
     #[arg(long, value_name = "DIR")]
     pub sdk_path: Option<PathBuf>,
 }
@@ -248,23 +248,17 @@ pub fn render(
 pub enum SdkDependency {
     /// A path, relative to the crate when it can be.
     Path(PathBuf),
-    /// The operator's repository, at the tag of this operator's version.
-    Git,
+    /// The SDK this binary carries, written into the crate's `vendor/`.
+    Vendored,
 }
 
 impl SdkDependency {
     fn toml(&self) -> String {
-        match self {
-            SdkDependency::Path(p) => format!(
-                "tfjob-policy-sdk = {{ path = {} }}",
-                toml_string(&p.to_string_lossy())
-            ),
-            SdkDependency::Git => format!(
-                "tfjob-policy-sdk = {{ git = {}, tag = {} }}",
-                toml_string(env!("CARGO_PKG_REPOSITORY")),
-                toml_string(&format!("v{}", env!("CARGO_PKG_VERSION")))
-            ),
-        }
+        let path = match self {
+            SdkDependency::Path(p) => p.to_string_lossy().into_owned(),
+            SdkDependency::Vendored => crate::sdk_bundle::SDK_DIR.to_owned(),
+        };
+        format!("tfjob-policy-sdk = {{ path = {} }}", toml_string(&path))
     }
 }
 
@@ -297,7 +291,7 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 }
 
 /// The SDK for a crate in `crate_dir` (canonical): `--sdk-path`, else the repository
-/// `crate_dir` is in, else git.
+/// `crate_dir` is in, else the one this binary carries.
 fn sdk_dependency(crate_dir: &Path, sdk_path: Option<&Path>) -> Result<SdkDependency, NewError> {
     if let Some(dir) = sdk_path {
         let refuse = |reason: String| NewError::Sdk {
@@ -318,7 +312,7 @@ fn sdk_dependency(crate_dir: &Path, sdk_path: Option<&Path>) -> Result<SdkDepend
             return Ok(SdkDependency::Path(relative(crate_dir, &sdk)));
         }
     }
-    Ok(SdkDependency::Git)
+    Ok(SdkDependency::Vendored)
 }
 
 /// What was generated.
@@ -387,6 +381,9 @@ pub fn files(
             PathBuf::from("tests/pods/oom-killed.yaml"),
             OOM_KILLED_POD.to_owned(),
         ));
+    }
+    if *sdk == SdkDependency::Vendored {
+        out.extend(crate::sdk_bundle::files());
     }
     Ok(out)
 }
@@ -504,7 +501,10 @@ pub fn main(args: &NewArgs) -> ExitCode {
             let dir = g.dir.display();
             let sdk = match &g.sdk {
                 SdkDependency::Path(p) => format!("the SDK at {}", p.display()),
-                SdkDependency::Git => format!("the SDK from {}", env!("CARGO_PKG_REPOSITORY")),
+                SdkDependency::Vendored => format!(
+                    "the SDK of this operator in {}",
+                    crate::sdk_bundle::VENDOR_DIR
+                ),
             };
             let names: Vec<&str> = args.hooks.iter().map(|h| h.as_str()).collect();
             println!(
@@ -608,7 +608,10 @@ mod tests {
     #[test]
     fn every_template_renders_for_every_choice_of_hooks() {
         for hooks in combinations() {
-            for sdk in [SdkDependency::Git, SdkDependency::Path("../sdk".into())] {
+            for sdk in [
+                SdkDependency::Vendored,
+                SdkDependency::Path("../sdk".into()),
+            ] {
                 let files = files("team-labels", &hooks, &sdk).unwrap();
                 for (path, text) in &files {
                     assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
@@ -632,6 +635,8 @@ mod tests {
                 assert_eq!(get("wit/deps/tfjob-policy/policy.wit"), CONTRACT_WIT);
                 assert!(get("Cargo.toml").contains(&sdk.toml()));
                 assert!(get("Cargo.toml").contains("\n[workspace]\n"));
+                let vendored = files.iter().any(|(p, _)| p.starts_with("vendor"));
+                assert_eq!(vendored, sdk == SdkDependency::Vendored, "{sdk:?}");
             }
         }
     }
@@ -646,17 +651,9 @@ mod tests {
             SdkDependency::Path("../we\"ird\\dir".into()).toml(),
             r#"tfjob-policy-sdk = { path = "../we\"ird\\dir" }"#
         );
-        let git = SdkDependency::Git.toml();
-        assert!(
-            git.starts_with(&format!(
-                "tfjob-policy-sdk = {{ git = \"{}\"",
-                env!("CARGO_PKG_REPOSITORY")
-            )),
-            "{git}"
-        );
-        assert!(
-            git.ends_with(&format!("tag = \"v{}\" }}", env!("CARGO_PKG_VERSION"))),
-            "{git}"
+        assert_eq!(
+            SdkDependency::Vendored.toml(),
+            r#"tfjob-policy-sdk = { path = "vendor/crates/tfjob-policy-sdk" }"#
         );
         assert_eq!(
             relative(Path::new("/a/b/c"), Path::new("/a/x/y")),

@@ -66,8 +66,11 @@ fn the_crate_has_what_a_team_needs_for_the_hooks_chosen() {
     );
     assert!(stdout.contains("policy test --suite tests/suite.yaml --policy target/wasm32-wasip2/release/team_labels.wasm"), "{stdout}");
     let root = dir.path().join("team-labels");
+    let files = tree(&root);
+    let (vendored, own): (Vec<&String>, Vec<&String>) =
+        files.iter().partition(|f| f.starts_with("vendor/"));
     assert_eq!(
-        tree(&root),
+        own,
         [
             ".gitignore",
             "Cargo.toml",
@@ -80,6 +83,25 @@ fn the_crate_has_what_a_team_needs_for_the_hooks_chosen() {
             "wit/world.wit",
         ]
     );
+    // Outside a checkout of the repository: the SDK this binary carries, as it is in the
+    // repository, beside the crate.
+    for (vendored_path, original) in [
+        (
+            "vendor/crates/tfjob-policy-sdk/src/lib.rs",
+            "guest-policies/sdk/src/lib.rs",
+        ),
+        (
+            "vendor/crates/tfjob-policy-logic/src/quantity.rs",
+            "guest-policies/logic/src/quantity.rs",
+        ),
+        ("vendor/wit/policy.wit", "wit/policy.wit"),
+    ] {
+        assert!(vendored.iter().any(|f| *f == vendored_path), "{vendored:?}");
+        assert_eq!(
+            read(&root.join(vendored_path)),
+            read(&common::repo(original))
+        );
+    }
     // The contract exactly as this operator has it.
     assert_eq!(
         read(&root.join("wit/deps/tfjob-policy/policy.wit")),
@@ -102,13 +124,8 @@ fn the_crate_has_what_a_team_needs_for_the_hooks_chosen() {
     let cargo = read(&root.join("Cargo.toml"));
     assert!(cargo.contains("name = \"team-labels\""), "{cargo}");
     assert!(cargo.contains("\n[workspace]\n"), "{cargo}");
-    // Outside a checkout of the repository: the SDK from git, at this operator's version.
     assert!(
-        cargo.contains(&format!(
-            "tfjob-policy-sdk = {{ git = \"{}\", tag = \"v{}\" }}",
-            env!("CARGO_PKG_REPOSITORY"),
-            env!("CARGO_PKG_VERSION")
-        )),
+        cargo.contains("tfjob-policy-sdk = { path = \"vendor/crates/tfjob-policy-sdk\" }"),
         "{cargo}"
     );
     let readme = read(&root.join("README.md"));
@@ -342,7 +359,8 @@ fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str]) {
 
 /// Slow (minutes on a cold cache: it compiles the SDK and k8s-openapi for `wasm32-wasip2`): a
 /// generated crate for each choice of hooks builds as generated and passes its own suite in the
-/// sandbox; the crate with every hook also passes its native unit tests. The build cache lives
+/// sandbox; the crate with every hook also passes its native unit tests, and is made outside
+/// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it. The build cache lives
 /// in the workspace's target directory (`target/tmp/policy-new`), so later runs are fast.
 #[test]
 fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
@@ -354,13 +372,19 @@ fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
     combos.reverse();
     for (i, hooks) in combos.iter().enumerate() {
         let name = format!("e2e-{}", hooks.replace(',', "-"));
-        common::expect_success(
-            &new(
-                dir.path(),
-                &[&name, "--hooks", hooks, "--sdk-path", sdk.to_str().unwrap()],
-            ),
-            hooks,
-        );
+        let sdk_path = sdk.to_str().unwrap();
+        let mut args = vec![name.as_str(), "--hooks", hooks];
+        if i > 0 {
+            args.extend(["--sdk-path", sdk_path]);
+        }
+        common::expect_success(&new(dir.path(), &args), hooks);
+        if i == 0 {
+            let cargo = read(&dir.path().join(&name).join("Cargo.toml"));
+            assert!(
+                cargo.contains("path = \"vendor/crates/tfjob-policy-sdk\""),
+                "{cargo}"
+            );
+        }
         let root = dir.path().join(&name);
         // The versions this workspace was tested with, so the offline build finds them.
         std::fs::copy(common::repo("Cargo.lock"), root.join("Cargo.lock")).unwrap();
