@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{Arg, ArgAction, ArgMatches, Command, Parser, Subcommand};
+use clap::{Arg, ArgAction, ArgMatches, Command, Parser};
 use serde_yaml_ng::Value;
 
 /// The id (and long name) of the argument that names the file.
@@ -40,17 +40,6 @@ const SUGGESTION_THRESHOLD: f64 = 0.8;
 
 /// Width the help texts are wrapped to in `config defaults`.
 const COMMENT_WIDTH: usize = 98;
-
-/// `tfjob-operator config ...`.
-#[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
-    /// Print a complete configuration file for `run --config`: every key with its help as a
-    /// comment and its built-in default as the value.
-    #[command(
-        after_help = "Examples:\n  tfjob-operator config defaults > /etc/tfjob/config.yaml\n  tfjob-operator run --config /etc/tfjob/config.yaml"
-    )]
-    Defaults,
-}
 
 /// A problem with a configuration file, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -699,7 +688,8 @@ mod tests {
     use super::*;
     use clap::CommandFactory as _;
 
-    use crate::cli::{Cli, Command as Sub, RunArgs};
+    use crate::cli::{Cli, Command as Sub};
+    use crate::run::RunArgs;
 
     const FILE: &str = "/etc/tfjob/config.yaml";
 

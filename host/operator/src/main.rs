@@ -6,18 +6,19 @@ mod config_file;
 mod demo;
 mod policy_cmd;
 mod policy_diff;
+mod policy_hooks;
 mod policy_new;
 mod policy_suite;
+mod policy_test;
 mod render;
 mod run;
 mod sdk_bundle;
+mod shared;
 mod up;
 
 use std::process::ExitCode;
 
 use clap::CommandFactory as _;
-// The shared modules live in the library; importing them here keeps `crate::...` paths valid.
-use tfjob_operator::{embedded, policy_setup};
 
 fn main() -> ExitCode {
     let cli = match config_file::parse::<cli::Cli>(std::env::args_os().collect(), "run") {
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        cli::Command::Config(config_file::ConfigCommand::Defaults) => {
+        cli::Command::Config(cli::ConfigCommand::Defaults) => {
             print!(
                 "{}",
                 config_file::run_defaults_yaml(cli::Cli::command(), "run")

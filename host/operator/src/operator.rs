@@ -77,14 +77,7 @@ impl std::fmt::Debug for LeaseClient {
     }
 }
 
-/// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
-/// deployment), else `tfjob-system`.
-pub fn default_policy_namespace() -> String {
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "tfjob-system".to_owned())
-}
+pub use crate::policy_setup::default_policy_namespace;
 
 /// This process's name in the leader election Lease: the pod's name (`$POD_NAME`, else
 /// `$HOSTNAME`) and a random suffix, so a restarted container never mistakes its

@@ -12,27 +12,22 @@
 //! `pack` checks what it prints with the operator's own loader (`configmap::load`), so a
 //! ConfigMap it prints is one the operator accepts (given the same limits).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, Subcommand};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
-use serde::Deserialize;
 use serde_json::{Value, json};
-use tfjob_planner::{PodContext, Verdict};
 use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::configmap::{self, LoadError, PolicyStatus};
-use tfjob_policy_engine::guard;
-use tfjob_policy_engine::policies::{job_context, verdict_from};
 use tfjob_policy_engine::signature::{self, SigningKey, TrustedKeys};
-use tfjob_policy_engine::verdict_guard;
 use tfjob_policy_engine::{
-    ActivationError, ActivePolicy, Category, EvalError, FailurePolicy, Hook, LimitedEngine,
-    PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits, activate_checked, defaults,
+    FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits, defaults,
 };
+
+use crate::policy_hooks::{default_names, read_yaml};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -41,7 +36,7 @@ pub enum PolicyCommand {
     #[command(
         after_help = "Examples:\n  tfjob-operator policy test --policy default --hook classify --input failed-pod.yaml --now 2026-01-01T00:05:00Z\n  tfjob-operator policy test --policy gpu.wasm --hook decorate --input pod.yaml --settings @gpu-settings.json\n  tfjob-operator policy test --policy default:default-resources --hook resources --input pod.yaml --container tensorflow\n  tfjob-operator policy test --suite tests/suite.yaml --policy gpu.wasm -o junit > results.xml\n\nWith --suite: exit status 0 when every case passes, 1 when one fails (with a diff of\nexpected and actual), 2 when the suite cannot run."
     )]
-    Test(TestArgs),
+    Test(crate::policy_test::TestArgs),
     /// Generate a ready-to-build policy crate: Cargo.toml, the contract's WIT, src/lib.rs with a
     /// settings type and the chosen hooks, a native unit test, a test suite and a README.
     New(crate::policy_new::NewArgs),
@@ -55,7 +50,7 @@ pub enum PolicyCommand {
         manifest: Option<PathBuf>,
         /// The operator's ceiling to grant under (as `run` takes it).
         #[command(flatten)]
-        ceiling: crate::policy_setup::CeilingArgs,
+        ceiling: tfjob_operator::policy_setup::CeilingArgs,
     },
     /// Print a policy as a ConfigMap for the operator (YAML), after checking that it loads.
     #[command(
@@ -163,66 +158,9 @@ enum Printed {
     Text(String),
 }
 
-#[derive(Debug, Args)]
-pub struct TestArgs {
-    /// `.wasm` file, `default` (the embedded default for the hook) or `default:<name>`; with
-    /// `--suite`, replaces the suite's `policy`.
-    #[arg(long, value_name = "P.wasm", required_unless_present = "suite")]
-    pub policy: Option<String>,
-    /// The hook to run.
-    #[arg(long, value_parser = ["decorate", "resources", "classify"], required_unless_present = "suite", conflicts_with = "suite")]
-    pub hook: Option<String>,
-    /// The pod (YAML or JSON); with status for `classify`.
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "suite",
-        conflicts_with = "suite"
-    )]
-    pub input: Option<PathBuf>,
-    /// Settings as inline JSON, or `@file` (JSON or YAML) [default: for a default policy, the
-    /// settings the operator runs it with; else none].
-    #[arg(long, value_name = "JSON|@FILE", conflicts_with = "suite")]
-    pub settings: Option<String>,
-    /// Job context (YAML or JSON: jobName, namespace, jobUid, jobLabels, jobAnnotations,
-    /// replicaType, replicaIndex, replicaCount, attempt); missing fields take test defaults.
-    #[arg(long, value_name = "FILE", conflicts_with = "suite")]
-    pub context: Option<PathBuf>,
-    /// The time the classification is made at (RFC 3339) [default: now].
-    #[arg(long, value_name = "RFC3339", conflicts_with = "suite")]
-    pub now: Option<String>,
-    /// The container whose resources the `resources` hook overrides [default: the first].
-    #[arg(long, value_name = "NAME", conflicts_with = "suite")]
-    pub container: Option<String>,
-    /// The policy's manifest (`policy.yaml`, as in its ConfigMap): its allowed paths,
-    /// capabilities, limits and settings apply, checked against the ceiling below; with
-    /// `--suite`, replaces the suite's `manifest`.
-    #[arg(long, value_name = "FILE")]
-    pub manifest: Option<PathBuf>,
-    /// Run every case of a test suite (YAML) instead of one hook; exit status 1 when a case
-    /// fails.
-    #[arg(long, value_name = "FILE")]
-    pub suite: Option<PathBuf>,
-    /// How to report a suite's results.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_enum,
-        value_name = "FORMAT",
-        requires = "suite"
-    )]
-    pub output: Option<crate::policy_suite::Format>,
-    /// The operator's ceiling to test under (as `run` takes it).
-    #[command(flatten)]
-    pub ceiling: crate::policy_setup::CeilingArgs,
-}
-
 pub fn main(cmd: PolicyCommand) -> ExitCode {
     let result = match cmd {
-        PolicyCommand::Test(args) if args.suite.is_some() => {
-            return crate::policy_suite::main(&args);
-        }
-        PolicyCommand::Test(args) => test(&args).map(Printed::Json),
+        PolicyCommand::Test(args) => return crate::policy_test::main(&args),
         PolicyCommand::New(args) => return crate::policy_new::main(&args),
         PolicyCommand::Inspect {
             policy,
@@ -256,363 +194,10 @@ fn engine() -> anyhow::Result<PolicyEngine> {
     Ok(PolicyEngine::new(SandboxLimits::default())?)
 }
 
-fn read_yaml(path: &Path) -> anyhow::Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_yaml_ng::from_str(&text)
-        .with_context(|| format!("{}: not valid YAML or JSON", path.display()))
-}
-
-/// A policy module to test and the manifest the operator would run it with.
-pub(crate) struct PolicySource {
-    pub bytes: Vec<u8>,
-    /// The name it runs under: a default's, else the file's stem.
-    pub name: String,
-    /// A default's own manifest, or one given; `None`: a module alone, which runs with no
-    /// allowance beyond the default paths.
-    pub manifest: Option<PolicyManifest>,
-    /// Whether `manifest` is a default's own: other settings then declare the capabilities
-    /// they use, as the operator does for `--policy-config`.
-    pub default_manifest: bool,
-}
-
-/// The names of the embedded defaults, for error messages.
-fn default_names() -> String {
-    let names: Vec<&str> = defaults::DEFAULTS.iter().map(|d| d.name).collect();
-    names.join(", ")
-}
-
-/// The policy `spec` names (`default`, `default:<name>` or a file) for `hook`, with the
-/// manifest the operator runs a default with. `flag` leads the errors (`--policy`).
-pub(crate) fn policy_source(spec: &str, hook: Hook, flag: &str) -> anyhow::Result<PolicySource> {
-    let default = if spec == "default" {
-        Some(defaults::for_hook(hook))
-    } else if let Some(name) = spec.strip_prefix("default:") {
-        Some(defaults::find(name).ok_or_else(|| {
-            anyhow!(
-                "{flag}: no default policy {name:?} (defaults: {})",
-                default_names()
-            )
-        })?)
-    } else {
-        None
-    };
-    if let Some(d) = default {
-        return Ok(PolicySource {
-            bytes: d.wasm.to_vec(),
-            name: d.name.to_owned(),
-            manifest: Some(defaults::manifest(d)),
-            default_manifest: true,
-        });
-    }
-    let path = Path::new(spec);
-    let bytes =
-        std::fs::read(path).with_context(|| format!("{flag}: reading {}", path.display()))?;
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("policy")
-        .to_owned();
-    Ok(PolicySource {
-        bytes,
-        name,
-        manifest: None,
-        default_manifest: false,
-    })
-}
-
-impl PolicySource {
-    /// Replaces the manifest with the one in `text` (YAML); `what` names where it came from.
-    pub(crate) fn with_manifest(mut self, text: &str, what: &str) -> anyhow::Result<PolicySource> {
-        self.manifest =
-            Some(PolicyManifest::from_yaml(text, &self.name).map_err(|e| anyhow!("{what}: {e}"))?);
-        self.default_manifest = false;
-        Ok(self)
-    }
-
-    /// The manifest the policy is activated with for `hook`: its own, or, for a module alone,
-    /// one that runs it for `hook` with nothing granted. `settings` (`None`: the manifest's)
-    /// replace the manifest's.
-    pub(crate) fn manifest_for(&self, hook: Hook, settings: Option<&Value>) -> PolicyManifest {
-        let mut m = self.manifest.clone().unwrap_or_else(|| PolicyManifest {
-            name: self.name.clone(),
-            hooks: vec![hook],
-            ..PolicyManifest::default()
-        });
-        if let Some(settings) = settings {
-            m.settings = settings.clone();
-            if self.default_manifest {
-                m.capabilities = defaults::capabilities_used(settings);
-            }
-        }
-        m
-    }
-
-    /// Activates the policy as the operator does: manifest and limits, compilation, digest
-    /// pin, exported hooks, `validate-settings`.
-    pub(crate) fn activate(
-        &self,
-        engine: &PolicyEngine,
-        hook: Hook,
-        settings: Option<&Value>,
-    ) -> Result<ActivePolicy, ActivationError> {
-        activate_checked(engine, self.manifest_for(hook, settings), &self.bytes)
-    }
-}
-
-/// What the operator's pipeline would take from a hook.
-pub(crate) enum HookOutput {
-    /// The decorated pod, as the guard accepted it.
-    Pod(Value),
-    /// One container's requirements, decoded as the operator decodes them.
-    Resources(Value),
-    /// The classification, as the verdict guard accepted it.
-    Verdict(Verdict),
-}
-
-impl HookOutput {
-    /// The output as a JSON document: the pod, the requirements, or the verdict as the operator
-    /// holds it (`reason` and `message` left out when empty, `occurredAt` and `recheckAt` when
-    /// unset).
-    pub(crate) fn into_json(self) -> Value {
-        match self {
-            HookOutput::Pod(v) | HookOutput::Resources(v) => v,
-            HookOutput::Verdict(v) => serde_json::to_value(&v).expect("verdicts serialise"),
-        }
-    }
-}
-
-/// What one hook call is given besides the context and settings.
-pub(crate) enum HookInput<'a> {
-    Decorate(&'a Pod),
-    Resources(&'a Container),
-    Classify { pod: &'a Pod, now: jiff::Timestamp },
-}
-
-/// Runs one hook of an activated policy within its limits and checks the output as the
-/// operator's pipeline does; every failure carries the operator's category.
-pub(crate) fn run_hook(
-    engine: &PolicyEngine,
-    policy: &ActivePolicy,
-    ctx: &tfjob_policy_engine::bindings::JobContext,
-    input: HookInput<'_>,
-) -> Result<HookOutput, EvalError> {
-    let limited: LimitedEngine<'_> = engine.limited(policy.limits.clone());
-    let (compiled, name, settings) = (&policy.compiled, policy.name(), &policy.settings);
-    match input {
-        HookInput::Decorate(pod) => {
-            let before = serde_json::to_value(pod).expect("pods serialise");
-            let out = limited.decorate(compiled, name, ctx, settings, &before.to_string())?;
-            let after: Value = serde_json::from_str(&out).map_err(|e| {
-                EvalError::new(
-                    Category::InvalidOutput,
-                    format!("decorated pod is not JSON: {e}"),
-                )
-            })?;
-            guard::check(&before, &after, &policy.allowed).map_err(|path| {
-                EvalError::new(
-                    Category::GuardViolation,
-                    format!("policy {name} may not change {path}"),
-                )
-            })?;
-            Ok(HookOutput::Pod(after))
-        }
-        HookInput::Resources(c) => {
-            let requirements = serde_json::to_string(&c.resources.clone().unwrap_or_default())
-                .expect("requirements serialise");
-            let out = limited.override_resources(
-                compiled,
-                name,
-                ctx,
-                settings,
-                &c.name,
-                &requirements,
-            )?;
-            let parsed: ResourceRequirements = serde_json::from_str(&out).map_err(|e| {
-                EvalError::new(
-                    Category::InvalidOutput,
-                    format!(
-                        "resources of container {} are not ResourceRequirements: {e}",
-                        c.name
-                    ),
-                )
-            })?;
-            Ok(HookOutput::Resources(
-                serde_json::to_value(parsed).expect("requirements serialise"),
-            ))
-        }
-        HookInput::Classify { pod, now } => {
-            let pod_json = serde_json::to_string(pod).expect("pods serialise");
-            let v = limited.classify(compiled, name, ctx, settings, &pod_json, &now.to_string())?;
-            let v = verdict_from(v, name)?;
-            verdict_guard::check(pod, &v)
-                .map_err(|e| EvalError::new(Category::InvalidOutput, e))?;
-            Ok(HookOutput::Verdict(v))
-        }
-    }
-}
-
-/// The container `wanted` of `pod` [default: the first]; the error says which is missing.
-pub(crate) fn container<'a>(pod: &'a Pod, wanted: Option<&str>) -> Result<&'a Container, String> {
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
-    match wanted {
-        Some(wanted) => containers
-            .iter()
-            .find(|c| c.name == wanted)
-            .ok_or_else(|| format!("{wanted:?}: no such container in the pod")),
-        None => containers
-            .first()
-            .ok_or_else(|| "the pod has no containers".to_owned()),
-    }
-}
-
-fn settings_value(arg: Option<&str>) -> anyhow::Result<Option<Value>> {
-    let Some(arg) = arg else {
-        return Ok(None);
-    };
-    let value: Value = match arg.strip_prefix('@') {
-        Some(file) => read_yaml(Path::new(file)).context("--settings")?,
-        None => serde_json::from_str(arg).context("--settings: not valid JSON")?,
-    };
-    Ok(Some(value))
-}
-
-/// A job context file: the planner's context with test defaults for what it leaves out.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub(crate) struct ContextFile {
-    job_name: String,
-    namespace: String,
-    job_uid: String,
-    job_labels: BTreeMap<String, String>,
-    job_annotations: BTreeMap<String, String>,
-    replica_type: String,
-    replica_index: i32,
-    replica_count: i32,
-    attempt: i32,
-}
-
-impl Default for ContextFile {
-    fn default() -> Self {
-        ContextFile {
-            job_name: "test-job".into(),
-            namespace: "default".into(),
-            job_uid: "00000000-0000-0000-0000-000000000000".into(),
-            job_labels: BTreeMap::new(),
-            job_annotations: BTreeMap::new(),
-            replica_type: "Worker".into(),
-            replica_index: 0,
-            replica_count: 1,
-            attempt: 0,
-        }
-    }
-}
-
-impl From<ContextFile> for PodContext {
-    fn from(c: ContextFile) -> PodContext {
-        PodContext {
-            job_name: c.job_name,
-            namespace: c.namespace,
-            job_uid: c.job_uid,
-            job_labels: c.job_labels,
-            job_annotations: c.job_annotations,
-            replica_type: c.replica_type,
-            replica_index: c.replica_index,
-            replica_count: c.replica_count,
-            attempt: c.attempt,
-        }
-    }
-}
-
-fn context(path: Option<&Path>) -> anyhow::Result<PodContext> {
-    let c: ContextFile = match path {
-        Some(p) => serde_path_to_error::deserialize(read_yaml(p)?)
-            .map_err(|e| anyhow!("{}: field {}: {}", p.display(), e.path(), e.inner()))?,
-        None => ContextFile::default(),
-    };
-    Ok(c.into())
-}
-
-fn test(args: &TestArgs) -> anyhow::Result<Value> {
-    let (Some(spec), Some(hook), Some(input_path)) = (&args.policy, &args.hook, &args.input) else {
-        bail!("--policy, --hook and --input are required without --suite");
-    };
-    if args.output.is_some() {
-        bail!("-o/--output formats the report of a --suite; a single test prints JSON");
-    }
-    let hook: Hook = hook.parse().map_err(|e: String| anyhow!(e))?;
-    let mut source = policy_source(spec, hook, "--policy")?;
-    if let Some(path) = &args.manifest {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--manifest: reading {}", path.display()))?;
-        source = source.with_manifest(&text, &format!("--manifest {}", path.display()))?;
-    }
-    let engine = PolicyEngine::new(SandboxLimits {
-        ceiling: args.ceiling.ceiling()?,
-        ..SandboxLimits::default()
-    })?;
-    let settings = settings_value(args.settings.as_deref())?;
-    let name = &source.name;
-    let policy = source
-        .activate(&engine, hook, settings.as_ref())
-        .map_err(|e| match e {
-            ActivationError::Compile(e) => anyhow!("--policy {spec}: {e}"),
-            ActivationError::Settings(e) => anyhow!("--settings rejected by {name}: {e}"),
-            ActivationError::Hooks { hook } => {
-                anyhow!("link: --policy {spec} does not export {}", hook.interface())
-            }
-            other => anyhow!("manifest of {name}: {other}"),
-        })?;
-    let input = read_yaml(input_path)?;
-    let pod: Pod = serde_path_to_error::deserialize(input).map_err(|e| {
-        anyhow!(
-            "{}: field {}: {}",
-            input_path.display(),
-            e.path(),
-            e.inner()
-        )
-    })?;
-    let ctx = job_context(&context(args.context.as_deref())?);
-    let input = match hook {
-        Hook::Decorate => HookInput::Decorate(&pod),
-        Hook::Resources => {
-            HookInput::Resources(container(&pod, args.container.as_deref()).map_err(|e| {
-                match &args.container {
-                    Some(_) => anyhow!("--container {e}"),
-                    None => anyhow!("{e}"),
-                }
-            })?)
-        }
-        Hook::Classify => HookInput::Classify {
-            pod: &pod,
-            now: match &args.now {
-                Some(t) => t
-                    .parse::<jiff::Timestamp>()
-                    .with_context(|| format!("--now {t:?}: not RFC 3339"))?,
-                None => jiff::Timestamp::now(),
-            },
-        },
-    };
-    Ok(match run_hook(&engine, &policy, &ctx, input)? {
-        HookOutput::Verdict(v) => {
-            let mut out = json!({"phase": v.phase, "reason": v.reason, "message": v.message});
-            if let Some(kind) = v.kind.filter(|_| v.phase.is_failure()) {
-                out["kind"] = json!(kind);
-            }
-            out
-        }
-        other => other.into_json(),
-    })
-}
-
 fn inspect(
     path: &Path,
     manifest: Option<&Path>,
-    ceiling: &crate::policy_setup::CeilingArgs,
+    ceiling: &tfjob_operator::policy_setup::CeilingArgs,
 ) -> anyhow::Result<Value> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let engine = engine()?;
@@ -805,7 +390,7 @@ fn list(args: &ListArgs) -> anyhow::Result<String> {
 }
 
 async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMap>> {
-    let client = crate::run::client(args.kubeconfig.as_deref()).await?;
+    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
     let api: Api<ConfigMap> = if args.all_namespaces {
         Api::all(client)
     } else {
@@ -931,6 +516,7 @@ fn table(rows: &[[String; 11]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use tfjob_policy_engine::Hook;
     use tfjob_policy_engine::configmap::{BreakerStatus, PolicyState, STATUS_ANNOTATION};
 

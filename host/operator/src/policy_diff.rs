@@ -279,7 +279,7 @@ fn candidate(
 }
 
 async fn read_cluster(args: &DiffArgs) -> anyhow::Result<Observed> {
-    let client = crate::run::client(args.kubeconfig.as_deref()).await?;
+    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
     type Jobs = Api<DeserializeGuard<TFJob>>;
     let scoped = |client: kube::Client| -> (Jobs, Api<Pod>, Api<Service>) {
         if args.all_namespaces {

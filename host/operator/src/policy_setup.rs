@@ -197,7 +197,7 @@ impl PolicySourceArgs {
         if self.no_configmap_policies {
             Vec::new()
         } else if self.policy_namespaces.is_empty() {
-            vec![crate::operator::default_policy_namespace()]
+            vec![default_policy_namespace()]
         } else {
             self.policy_namespaces.clone()
         }
@@ -279,6 +279,15 @@ impl Policies {
 /// The seam without any policy: pods as built, native classification.
 pub fn no_policies() -> Arc<dyn PodPolicies> {
     Arc::new(NativePolicies::default())
+}
+
+/// The policy namespace when none is given: the operator's own (`POD_NAMESPACE`, set by the
+/// deployment), else `tfjob-system`.
+pub fn default_policy_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "tfjob-system".to_owned())
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_policy_engine::policies::job_context;
 use tfjob_policy_engine::{Category, EvalError, Hook, PolicyEngine, SandboxLimits};
 
-use crate::policy_cmd::{
-    ContextFile, HookInput, PolicySource, TestArgs, container, policy_source, run_hook,
+use crate::policy_hooks::{
+    ContextFile, HookInput, PolicySource, container, policy_source, run_hook,
 };
 
 /// The largest suite file read.
@@ -1242,14 +1242,22 @@ struct UnderTest {
     label: String,
 }
 
+/// What `policy test` gives a suite besides its file: the policy and manifest that replace the
+/// suite's own, and the operator's ceiling to test under.
+pub struct Overrides<'a> {
+    pub policy: Option<&'a str>,
+    pub manifest: Option<&'a Path>,
+    pub ceiling: &'a tfjob_operator::policy_setup::CeilingArgs,
+}
+
 /// Runs every case of `suite` in the sandbox with the operator's limits. Errors are what keeps
 /// the suite from running at all (no policy, a module that does not compile).
-pub fn run(suite: &Suite, args: &TestArgs) -> anyhow::Result<Report> {
+pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: args.ceiling.ceiling()?,
         ..SandboxLimits::default()
     })?;
-    let manifest = match &args.manifest {
+    let manifest = match args.manifest {
         Some(path) => Some((
             std::fs::read_to_string(path)
                 .with_context(|| format!("--manifest: reading {}", path.display()))?,
@@ -1294,11 +1302,11 @@ pub fn run(suite: &Suite, args: &TestArgs) -> anyhow::Result<Report> {
 fn under_test(
     engine: &PolicyEngine,
     suite: &Suite,
-    args: &TestArgs,
+    args: &Overrides<'_>,
     hook: Hook,
     manifest: Option<&(String, String)>,
 ) -> anyhow::Result<UnderTest> {
-    let mut source = match (&args.policy, &suite.policy) {
+    let mut source = match (args.policy, &suite.policy) {
         (Some(spec), _) => policy_source(spec, hook, "--policy")?,
         (None, Some(PolicyRef::Default(spec))) => {
             policy_source(spec, hook, &format!("{}: policy", suite.file.display()))?
@@ -1575,11 +1583,7 @@ pub fn junit(report: &Report) -> String {
 
 /// `policy test --suite`: exit status 0 when every case passes, 1 when one fails, 2 when the
 /// suite cannot run (the error on stderr).
-pub fn main(args: &TestArgs) -> ExitCode {
-    let Some(file) = &args.suite else {
-        eprintln!("error: --suite is required");
-        return ExitCode::from(2);
-    };
+pub fn main(file: &Path, args: &Overrides<'_>, output: Format) -> ExitCode {
     let report = match load(file)
         .map_err(anyhow::Error::from)
         .and_then(|s| run(&s, args))
@@ -1590,7 +1594,7 @@ pub fn main(args: &TestArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match args.output.unwrap_or(Format::Table) {
+    match output {
         Format::Table => print!("{}", table(&report)),
         Format::Json => println!(
             "{}",

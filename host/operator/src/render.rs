@@ -14,8 +14,35 @@ use tfjob_api::validation::validate;
 use tfjob_planner::{PlanInput, PodPolicies, Settings, plan};
 use tfjob_policy_engine::SandboxLimits;
 
-use crate::cli::{OutputFormat, RenderArgs};
-use crate::policy_setup::{Policies, no_policies};
+use std::path::PathBuf;
+use tfjob_operator::policy_setup::{Policies, no_policies};
+
+use clap::{Args, ValueEnum};
+
+/// Output formats of `render`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// TFJob manifest (YAML or JSON, several documents allowed); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Cluster domain for TF_CONFIG host names [default: $CUSTOM_CLUSTER_DOMAIN].
+    #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN", value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub policies: tfjob_operator::policy_setup::PolicyArgs,
+    /// Print the pods as the operator builds them, before any policy.
+    #[arg(long, conflicts_with_all = ["policy_dir", "policy_config"])]
+    pub no_policies: bool,
+}
 
 /// Exit status for input that is not a valid TFJob.
 const INVALID_INPUT: u8 = 2;

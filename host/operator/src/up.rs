@@ -13,7 +13,7 @@ use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::SandboxLimits;
 
-use crate::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 
 /// The operator's namespace and RBAC as `deploy/` ships them, which `up --authorize` applies.
 const DEPLOYED_NAMESPACE: &str = include_str!("../../../deploy/overlays/standalone/namespace.yaml");
@@ -21,7 +21,7 @@ const DEPLOYED_RBAC: &str = include_str!("../../../deploy/operator/rbac.yaml");
 /// The service account `deploy/operator/rbac.yaml` binds its roles to.
 const OPERATOR_ACCOUNT: (&str, &str) = ("tfjob-system", "tfjob-operator");
 
-use crate::policy_setup::{Policies, PolicyArgs, PolicySourceArgs};
+use tfjob_operator::policy_setup::{Policies, PolicyArgs, PolicySourceArgs};
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -105,7 +105,7 @@ async fn run_operator_with_deployed_rbac(cluster: &mut EmbeddedCluster) -> anyho
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
     // The demo's progress display is the output; logs only when something goes wrong.
-    crate::run::init_logging_at(false, if args.demo { "warn" } else { "info" });
+    crate::shared::init_logging_at(false, if args.demo { "warn" } else { "info" });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

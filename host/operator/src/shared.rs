@@ -1,0 +1,46 @@
+//! What several subcommands share: the Kubernetes client from a kubeconfig (or the
+//! in-cluster account), and logging.
+
+use anyhow::Context as _;
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tracing_subscriber::EnvFilter;
+
+/// The kubeconfig given by flag or `$KUBECONFIG`, else the usual inference
+/// (`~/.kube/config`, then in-cluster service account).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = client_config(kubeconfig).await?;
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster")?,
+    };
+    Ok(config)
+}
+
+/// Logging at `info` unless `RUST_LOG` says otherwise; `json` for JSON lines.
+pub fn init_logging(json: bool) {
+    init_logging_at(json, "info");
+}
+
+/// Logging with `default` as the level when `RUST_LOG` is not set.
+pub fn init_logging_at(json: bool, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
