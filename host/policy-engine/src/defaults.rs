@@ -174,6 +174,13 @@ mod tests {
     use crate::config::SandboxLimits;
     use crate::registry::{PolicyMode, PolicySet, Registry};
 
+    #[test]
+    fn the_default_policies_pass_the_module_shape_check() {
+        for d in DEFAULTS {
+            assert_eq!(crate::structure::check(d.wasm), Ok(()), "{}", d.name);
+        }
+    }
+
     fn active(engine: &PolicyEngine, name: &str, order: i32, hook_of: usize) -> ActivePolicy {
         let d = &DEFAULTS[hook_of];
         let mut m = manifest(d);
