@@ -13,6 +13,8 @@
 //! resources have no Go types, and a real server refuses this patch type for them (the server
 //! answers 415 before calling [`apply`]).
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 /// How a list field is patched.
@@ -181,15 +183,26 @@ fn merge_list<'p>(
                 .map(without_directives)
                 .collect(),
         )),
+        // Both merges find items through an index on their JSON text, not by scanning the
+        // list per item: a patch of many items against a long list stays linear (the store
+        // applies patches under its lock).
         ListRule::Union => {
+            let mut seen: HashSet<String> = list.iter().map(Value::to_string).collect();
             for item in items {
-                if !list.contains(item) {
+                if seen.insert(item.to_string()) {
                     list.push(item.clone());
                 }
             }
             Ok(Value::Array(list))
         }
         ListRule::MergeOn(key) => {
+            let mut index: HashMap<String, usize> = HashMap::new();
+            for (i, x) in list.iter().enumerate() {
+                if let Some(id) = x.get(key) {
+                    index.entry(id.to_string()).or_insert(i);
+                }
+            }
+            let mut slots: Vec<Option<Value>> = list.into_iter().map(Some).collect();
             for item in items {
                 let Some(id) = item.get(key) else {
                     return Err(PatchError(format!(
@@ -197,18 +210,26 @@ fn merge_list<'p>(
                         shown(path)
                     )));
                 };
-                let at = list.iter().position(|x| x.get(key) == Some(id));
+                let id = id.to_string();
+                let at = index.get(&id).copied();
                 match (item.get("$patch").and_then(Value::as_str), at) {
                     (Some("delete"), Some(i)) => {
-                        list.remove(i);
+                        slots[i] = None;
+                        index.remove(&id);
                     }
                     (Some("delete"), None) => {}
-                    (Some("replace"), Some(i)) => list[i] = without_directives(item),
-                    (_, Some(i)) => merge_value(&mut list[i], item, path, rule)?,
-                    (_, None) => list.push(without_directives(item)),
+                    (Some("replace"), Some(i)) => slots[i] = Some(without_directives(item)),
+                    (_, Some(i)) => {
+                        let slot = slots[i].get_or_insert(Value::Null);
+                        merge_value(slot, item, path, rule)?;
+                    }
+                    (_, None) => {
+                        index.insert(id, slots.len());
+                        slots.push(Some(without_directives(item)));
+                    }
                 }
             }
-            Ok(Value::Array(list))
+            Ok(Value::Array(slots.into_iter().flatten().collect()))
         }
     }
 }
@@ -326,6 +347,30 @@ mod tests {
         assert_eq!(
             out["spec"]["volumes"],
             json!([{"name": "v", "hostPath": {"path": "/d"}}])
+        );
+    }
+
+    #[test]
+    fn a_patch_of_many_items_merges_each_once() {
+        let ports = |range: std::ops::Range<u32>, name: &str| -> Value {
+            range.map(|p| json!({"port": p, "name": name})).collect()
+        };
+        let svc = json!({"spec": {"ports": ports(0..20_000, "old")},
+                          "metadata": {"finalizers": (0..20_000).map(|i| format!("f{i}")).collect::<Vec<_>>()}});
+        let out = patched(
+            "services",
+            svc,
+            json!({"spec": {"ports": ports(10_000..30_000, "new")},
+                   "metadata": {"finalizers": (10_000..30_000).map(|i| format!("f{i}")).collect::<Vec<_>>()}}),
+        );
+        let merged = out["spec"]["ports"].as_array().unwrap();
+        assert_eq!(merged.len(), 30_000);
+        assert_eq!(merged[9_999], json!({"port": 9_999, "name": "old"}));
+        assert_eq!(merged[10_000], json!({"port": 10_000, "name": "new"}));
+        assert_eq!(merged[29_999], json!({"port": 29_999, "name": "new"}));
+        assert_eq!(
+            out["metadata"]["finalizers"].as_array().unwrap().len(),
+            30_000
         );
     }
 
