@@ -19,7 +19,7 @@ use tfjob_policy_engine::bindings::{FailureKind, Phase, PolicyError, Verdict};
 use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::engine::{MAX_GUEST_TEXT, guest_error};
 use tfjob_policy_engine::guard::{self, AllowedPaths};
-use tfjob_policy_engine::policies::{MAX_VERDICT_MESSAGE, MAX_VERDICT_REASON, verdict_from};
+use tfjob_policy_engine::hook_call::{MAX_VERDICT_MESSAGE, MAX_VERDICT_REASON, verdict_from};
 use tfjob_policy_engine::verdict_guard;
 
 const PHASES: [Phase; 8] = [

@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
 use tfjob_planner::{
-    PlanInput, PodContext, PodPolicies, PolicyError, PolicyNote, Settings, ShapedPod, Verdict, plan,
+    Classified, PlanInput, PodContext, PodPolicies, PolicyError, Settings, ShapedPod, Verdict, plan,
 };
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus};
 use tfjob_policy_engine::field_diff;
@@ -640,23 +640,14 @@ impl PodPolicies for Recorder<'_> {
         ctx: &PodContext,
         pod: &Pod,
         now: Timestamp,
-    ) -> Result<Verdict, PolicyError> {
-        self.classify_with_notes(ctx, pod, now).map(|(v, _)| v)
-    }
-
-    fn classify_with_notes(
-        &self,
-        ctx: &PodContext,
-        pod: &Pod,
-        now: Timestamp,
-    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
-        let (verdict, notes) = self.inner.classify_with_notes(ctx, pod, now)?;
+    ) -> Result<Classified, PolicyError> {
+        let classified = self.inner.classify(ctx, pod, now)?;
         let name = pod.metadata.name.clone().unwrap_or_default();
         self.verdicts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name, verdict.clone());
-        Ok((verdict, notes))
+            .insert(name, classified.verdict.clone());
+        Ok(classified)
     }
 }
 

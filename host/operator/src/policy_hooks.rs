@@ -1,21 +1,20 @@
 //! Running one hook of a policy as the operator would, for `policy test` and its suites: the
 //! policy named on the command line or in a suite ([`policy_source`]), the job context and
-//! settings given as files or flags, and [`run_hook`], which calls the hook within the
-//! policy's limits and checks its output as the operator's pipeline does (the guard after
-//! decoration, the decoding of resources, the verdict guard after classification).
+//! settings given as files or flags, and [`run_hook`], which calls the hook through the same
+//! steps as the operator's pipeline ([`tfjob_policy_engine::hook_call`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Deserialize;
 use serde_json::Value;
 use tfjob_planner::{PodContext, Verdict};
-use tfjob_policy_engine::policies::verdict_from;
+use tfjob_policy_engine::hook_call::{self, Observed};
 use tfjob_policy_engine::{
-    ActivationError, ActivePolicy, Category, EvalError, Hook, LimitedEngine, PolicyEngine,
-    PolicyManifest, activate_checked, defaults, guard, verdict_guard,
+    ActivationError, ActivePolicy, EvalError, Hook, PolicyEngine, PolicyManifest, activate_checked,
+    defaults,
 };
 
 pub(crate) fn read_yaml(path: &Path) -> anyhow::Result<Value> {
@@ -151,65 +150,33 @@ pub(crate) enum HookInput<'a> {
     Classify { pod: &'a Pod, now: jiff::Timestamp },
 }
 
-/// Runs one hook of an activated policy within its limits and checks the output as the
-/// operator's pipeline does; every failure carries the operator's category.
+/// Runs one hook of an activated policy as the operator's pipeline does
+/// ([`tfjob_policy_engine::hook_call`]); every failure carries the operator's category.
 pub(crate) fn run_hook(
     engine: &PolicyEngine,
     policy: &ActivePolicy,
     ctx: &tfjob_policy_engine::bindings::JobContext,
     input: HookInput<'_>,
 ) -> Result<HookOutput, EvalError> {
-    let limited: LimitedEngine<'_> = engine.limited(policy.limits.clone());
-    let (compiled, name, settings) = (&policy.compiled, policy.name(), &policy.settings);
     match input {
         HookInput::Decorate(pod) => {
-            let before = serde_json::to_value(pod).expect("pods serialise");
-            let out = limited.decorate(compiled, name, ctx, settings, &before.to_string())?;
-            let after: Value = serde_json::from_str(&out).map_err(|e| {
-                EvalError::new(
-                    Category::InvalidOutput,
-                    format!("decorated pod is not JSON: {e}"),
-                )
-            })?;
-            guard::check(&before, &after, &policy.allowed).map_err(|path| {
-                EvalError::new(
-                    Category::GuardViolation,
-                    format!("policy {name} may not change {path}"),
-                )
-            })?;
-            Ok(HookOutput::Pod(after))
+            let pod = serde_json::to_value(pod).expect("pods serialise");
+            hook_call::decorate(engine, policy, ctx, &pod).map(HookOutput::Pod)
         }
         HookInput::Resources(c) => {
-            let requirements = serde_json::to_string(&c.resources.clone().unwrap_or_default())
+            let requirements = serde_json::to_value(c.resources.clone().unwrap_or_default())
                 .expect("requirements serialise");
-            let out = limited.override_resources(
-                compiled,
-                name,
-                ctx,
-                settings,
-                &c.name,
-                &requirements,
-            )?;
-            let parsed: ResourceRequirements = serde_json::from_str(&out).map_err(|e| {
-                EvalError::new(
-                    Category::InvalidOutput,
-                    format!(
-                        "resources of container {} are not ResourceRequirements: {e}",
-                        c.name
-                    ),
-                )
-            })?;
-            Ok(HookOutput::Resources(
-                serde_json::to_value(parsed).expect("requirements serialise"),
-            ))
+            hook_call::resources(engine, policy, ctx, &c.name, &requirements)
+                .map(HookOutput::Resources)
         }
         HookInput::Classify { pod, now } => {
-            let pod_json = serde_json::to_string(pod).expect("pods serialise");
-            let v = limited.classify(compiled, name, ctx, settings, &pod_json, &now.to_string())?;
-            let v = verdict_from(v, name)?;
-            verdict_guard::check(pod, &v)
-                .map_err(|e| EvalError::new(Category::InvalidOutput, e))?;
-            Ok(HookOutput::Verdict(v))
+            let json = Observed::encode(pod)?;
+            let observed = Observed {
+                pod,
+                json: &json,
+                now,
+            };
+            hook_call::classify(engine, policy, ctx, &observed).map(HookOutput::Verdict)
         }
     }
 }

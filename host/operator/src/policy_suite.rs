@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tfjob_planner::PodContext;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
-use tfjob_policy_engine::policies::job_context;
+use tfjob_policy_engine::hook_call::job_context;
 use tfjob_policy_engine::{Category, EvalError, Hook, PolicyEngine, SandboxLimits};
 
 use crate::policy_hooks::{

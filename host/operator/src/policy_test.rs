@@ -8,7 +8,7 @@ use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use tfjob_policy_engine::policies::job_context;
+use tfjob_policy_engine::hook_call::job_context;
 use tfjob_policy_engine::{ActivationError, Hook, PolicyEngine, SandboxLimits};
 
 use crate::policy_hooks::{

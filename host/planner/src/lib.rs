@@ -25,5 +25,6 @@ pub use plan::{
     Transition, plan,
 };
 pub use policy::{
-    PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict, VerdictPhase,
+    Classified, Hook, PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict,
+    VerdictPhase,
 };

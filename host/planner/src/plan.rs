@@ -21,7 +21,9 @@ use tfjob_api::{
 use crate::conditions::set_condition;
 use crate::gang::{self, GangScheduler, ObservedPodGroup, PodGroupChange};
 use crate::objects::{build_pod, build_service, object_name, replica_of, replica_selector};
-use crate::policy::{PodContext, PodPolicies, PolicyError, PolicyNote, Verdict, VerdictPhase};
+use crate::policy::{
+    Classified, PodContext, PodPolicies, PolicyError, PolicyNote, Verdict, VerdictPhase,
+};
 use crate::problems::pod_problem_events;
 
 /// How often a job with pods still on their way to running is looked at again, so that grace
@@ -592,8 +594,8 @@ impl<'a, 'i> Planner<'a, 'i> {
                     terminating_verdict(&name)
                 } else {
                     let ctx = self.context(job, rtype, index);
-                    let (verdict, notes) =
-                        input.policies.classify_with_notes(&ctx, pod, input.now)?;
+                    let Classified { verdict, notes } =
+                        input.policies.classify(&ctx, pod, input.now)?;
                     self.policy_notes(&job.uid, notes);
                     // Time alone changes this verdict then: look again at that moment rather
                     // than at the next periodic pass.

@@ -1,11 +1,15 @@
 //! The policy seam: the pod-level decisions the planner delegates.
 //!
 //! The planner builds the base pod exactly as training-operator would, then hands it to
-//! [`PodPolicies::shape_pod`] (decoration, resource overrides and the mutation guard, in that
-//! order) and asks [`PodPolicies::classify`] for a [`Verdict`] on every observed pod. Both calls
-//! are synchronous and may block (a Wasm engine runs guests inside them), so callers run the
-//! planner off the async executor. The built-in [`crate::native::NativePolicies`] implements the
-//! default behaviour in Rust; the Wasm engine implements the same trait.
+//! [`PodPolicies::shape_pod`] (the [`Hook::Decorate`] and [`Hook::Resources`] hooks and the
+//! mutation guard, in that order) and asks [`PodPolicies::classify`] ([`Hook::Classify`]) for a
+//! [`Verdict`] on every observed pod. Both calls are synchronous and may block (a Wasm engine
+//! runs guests inside them), so callers run the planner off the async executor. The built-in
+//! [`crate::native::NativePolicies`] implements the default behaviour in Rust; the Wasm engine
+//! implements the same trait.
+//!
+//! [`Hook`] is the one name of a hook everywhere: the WIT interface a policy exports, a policy
+//! manifest's `hooks`, metric labels, and the seam's methods.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,6 +18,56 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use tfjob_api::ReplicaType;
+
+/// A policy hook: one pod-level decision a policy may make, exported as one WIT interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Hook {
+    /// Decorates a freshly built pod (`decorate-pod`).
+    Decorate,
+    /// Overrides one container's resource requirements (`override-resources`).
+    Resources,
+    /// Classifies an observed pod (`classify-pod`).
+    Classify,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 3] = [Hook::Decorate, Hook::Resources, Hook::Classify];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Decorate => "decorate",
+            Hook::Resources => "resources",
+            Hook::Classify => "classify",
+        }
+    }
+
+    /// The WIT interface a component exports for this hook (contract 0.2.0; a component of
+    /// 0.1.0 exports the same name at `@0.1.0`).
+    pub fn interface(self) -> &'static str {
+        match self {
+            Hook::Decorate => "tfjob:policy/decorate@0.2.0",
+            Hook::Resources => "tfjob:policy/resources@0.2.0",
+            Hook::Classify => "tfjob:policy/classify@0.2.0",
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Hook {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Hook, String> {
+        Hook::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| format!("unknown hook {s:?}: expected decorate, resources or classify"))
+    }
+}
 
 /// What a policy knows about the pod's job and replica.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,6 +164,24 @@ pub struct ShapedPod {
     pub notes: Vec<PolicyNote>,
 }
 
+/// A pod's classification with what the policies want recorded beside it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Classified {
+    pub verdict: Verdict,
+    /// As [`ShapedPod::notes`]: each becomes an event on the job, once per key.
+    pub notes: Vec<PolicyNote>,
+}
+
+impl Classified {
+    /// A verdict with nothing to record.
+    pub fn quietly(verdict: Verdict) -> Classified {
+        Classified {
+            verdict,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// Something a policy evaluation wants recorded on the job as an event, beside its decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyNote {
@@ -176,30 +248,23 @@ pub struct PolicyError {
 /// The pod-level decisions the planner delegates. Implementations must be deterministic for the
 /// same inputs and must not panic; a failing policy is an error, never a crash.
 pub trait PodPolicies: Send + Sync {
-    /// Decorates the freshly built pod, overrides its containers' resources and checks that
-    /// only allowed fields changed.
+    /// Decorates the freshly built pod ([`Hook::Decorate`]), overrides its containers'
+    /// resources ([`Hook::Resources`]) and checks that only allowed fields changed.
     fn shape_pod(&self, ctx: &PodContext, pod: Pod) -> Result<ShapedPod, PolicyError>;
 
-    /// Classifies an observed pod (with status) at time `now`.
-    fn classify(&self, ctx: &PodContext, pod: &Pod, now: Timestamp)
-    -> Result<Verdict, PolicyError>;
+    /// Classifies an observed pod (with status) at time `now` ([`Hook::Classify`]).
+    fn classify(
+        &self,
+        ctx: &PodContext,
+        pod: &Pod,
+        now: Timestamp,
+    ) -> Result<Classified, PolicyError>;
 
     /// A view of these policies fixed to the versions serving now, for one whole plan, so a
     /// swap in the middle of a reconcile cannot shape two pods of a job with two versions.
     /// `None` when the policies never change.
     fn pinned(&self) -> Option<Box<dyn PodPolicies>> {
         None
-    }
-
-    /// [`classify`](Self::classify) with the notes the evaluation produced. Implementations
-    /// without notes keep the default.
-    fn classify_with_notes(
-        &self,
-        ctx: &PodContext,
-        pod: &Pod,
-        now: Timestamp,
-    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
-        Ok((self.classify(ctx, pod, now)?, Vec::new()))
     }
 
     /// How long one call into these policies may run before a caller waiting on it gives up

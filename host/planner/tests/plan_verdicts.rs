@@ -11,8 +11,8 @@ use pretty_assertions::assert_eq;
 use tfjob_api::JobConditionType::{Failed, Restarting, Running, Succeeded};
 use tfjob_planner::policy::{FailureKind, PolicyErrorCategory, VerdictPhase};
 use tfjob_planner::{
-    DeletionCause, Plan, PlanError, PlanInput, PodContext, PodPolicies, PolicyError, PolicyNote,
-    Settings, ShapedPod, Verdict, plan,
+    Classified, DeletionCause, Plan, PlanError, PlanInput, PodContext, PodPolicies, PolicyError,
+    PolicyNote, Settings, ShapedPod, Verdict, plan,
 };
 
 /// A classification policy that answers one verdict, or fails.
@@ -69,17 +69,11 @@ impl PodPolicies for Fixed {
         _ctx: &PodContext,
         _pod: &Pod,
         _now: Timestamp,
-    ) -> Result<Verdict, PolicyError> {
-        self.verdict.clone()
-    }
-
-    fn classify_with_notes(
-        &self,
-        ctx: &PodContext,
-        pod: &Pod,
-        now: Timestamp,
-    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
-        Ok((self.classify(ctx, pod, now)?, self.notes.clone()))
+    ) -> Result<Classified, PolicyError> {
+        Ok(Classified {
+            verdict: self.verdict.clone()?,
+            notes: self.notes.clone(),
+        })
     }
 }
 

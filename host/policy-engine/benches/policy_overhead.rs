@@ -520,6 +520,7 @@ impl Inputs {
     fn wasm_decorate(&self, run: Run) -> String {
         let (p, name) = self.policy(Hook::Decorate);
         self.engine
+            .at_maximum()
             .decorate(
                 p,
                 name,
@@ -533,6 +534,7 @@ impl Inputs {
     fn wasm_resources(&self, run: Run) -> String {
         let (p, name) = self.policy(Hook::Resources);
         self.engine
+            .at_maximum()
             .override_resources(
                 p,
                 name,
@@ -546,6 +548,7 @@ impl Inputs {
 
     fn floor_resources(&self) -> String {
         self.engine
+            .at_maximum()
             .override_resources(
                 &self.floor_resources,
                 "floor-resources",
@@ -560,6 +563,7 @@ impl Inputs {
     fn wasm_classify(&self, run: Run) -> bindings::Verdict {
         let (p, name) = self.policy(Hook::Classify);
         self.engine
+            .at_maximum()
             .classify(
                 p,
                 name,

@@ -27,54 +27,7 @@ use crate::preinit;
 use crate::sandbox::{MemoryBudget, Sandbox};
 use crate::tenants::{Share, Tenants};
 
-/// A policy hook.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Hook {
-    Decorate,
-    Resources,
-    Classify,
-}
-
-impl Hook {
-    pub const ALL: [Hook; 3] = [Hook::Decorate, Hook::Resources, Hook::Classify];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hook::Decorate => "decorate",
-            Hook::Resources => "resources",
-            Hook::Classify => "classify",
-        }
-    }
-
-    /// The WIT interface a component exports for this hook (contract 0.2.0; a component of
-    /// 0.1.0 exports the same name at `@0.1.0`).
-    pub fn interface(self) -> &'static str {
-        match self {
-            Hook::Decorate => "tfjob:policy/decorate@0.2.0",
-            Hook::Resources => "tfjob:policy/resources@0.2.0",
-            Hook::Classify => "tfjob:policy/classify@0.2.0",
-        }
-    }
-}
-
-impl fmt::Display for Hook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Hook {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Hook, String> {
-        Hook::ALL
-            .into_iter()
-            .find(|h| h.as_str() == s)
-            .ok_or_else(|| format!("unknown hook {s:?}: expected decorate, resources or classify"))
-    }
-}
+pub use tfjob_planner::Hook;
 
 /// A compiled, linked policy component.
 pub struct CompiledPolicy {
@@ -435,7 +388,9 @@ impl PolicyEngine {
         }
     }
 
-    fn at_maximum(&self) -> LimitedEngine<'_> {
+    /// The engine bounded by the maximum it was started with, for calls of a policy that has
+    /// no limits of its own (tests, benches, tools).
+    pub fn at_maximum(&self) -> LimitedEngine<'_> {
         self.limited(self.limits.call_limits())
     }
 
@@ -507,47 +462,6 @@ impl PolicyEngine {
         if let Err(error) = spawned {
             tracing::warn!(policy = %name, %error, "cannot start pre-initialisation");
         }
-    }
-
-    /// Calls `decorate-pod` within the engine's limits; returns the decorated pod's JSON.
-    pub fn decorate(
-        &self,
-        policy: &CompiledPolicy,
-        name: &str,
-        ctx: &bindings::JobContext,
-        settings: &str,
-        pod: &str,
-    ) -> Result<String, EvalError> {
-        self.at_maximum().decorate(policy, name, ctx, settings, pod)
-    }
-
-    /// Calls `override-resources` within the engine's limits; returns the new requirements'
-    /// JSON.
-    pub fn override_resources(
-        &self,
-        policy: &CompiledPolicy,
-        name: &str,
-        ctx: &bindings::JobContext,
-        settings: &str,
-        container: &str,
-        requirements: &str,
-    ) -> Result<String, EvalError> {
-        self.at_maximum()
-            .override_resources(policy, name, ctx, settings, container, requirements)
-    }
-
-    /// Calls `classify-pod` within the engine's limits.
-    pub fn classify(
-        &self,
-        policy: &CompiledPolicy,
-        name: &str,
-        ctx: &bindings::JobContext,
-        settings: &str,
-        pod: &str,
-        now: &str,
-    ) -> Result<bindings::Verdict, EvalError> {
-        self.at_maximum()
-            .classify(policy, name, ctx, settings, pod, now)
     }
 
     /// Runs `call` against a fresh instance of `policy` in a fresh store bounded by `limits`:

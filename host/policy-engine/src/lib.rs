@@ -24,6 +24,7 @@ pub mod engine;
 pub mod error;
 pub mod field_diff;
 pub mod guard;
+pub mod hook_call;
 pub mod local;
 pub mod metrics;
 mod preinit;

@@ -3,7 +3,9 @@
 //! `shape_pod` runs the decoration policies (each checked by the guard against its allowed
 //! paths), then the resource policies on every container, then records which policies shaped
 //! the pod. `classify` asks the classification policies in order, and
-//! checks each verdict against the pod ([`crate::verdict_guard`]). Only `Enforce` policies whose
+//! checks each verdict against the pod ([`crate::verdict_guard`]). Each call is one of
+//! [`crate::hook_call`]'s, as `policy test` makes it; this module adds what a running operator
+//! needs around the calls. Only `Enforce` policies whose
 //! selector matches the job take part, each call within the policy's own deadline and memory
 //! cap. A failing policy follows its failure policy: `Fail` stops the reconcile, `Ignore` skips
 //! it for that pod; a configured policy that never loaded is treated the same way.
@@ -21,22 +23,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::Pod;
 use tfjob_api::text;
 use tfjob_planner::native::NativePolicies;
-use tfjob_planner::policy::{FailureKind, VerdictPhase};
-use tfjob_planner::{PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict};
+use tfjob_planner::{
+    Classified, PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict,
+};
 
 use crate::bindings;
 use crate::breaker::Breakers;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::field_diff::{self, FieldDifference};
-use crate::guard;
+use crate::hook_call::{self, Observed};
 use crate::metrics::PolicyMetrics;
 use crate::registry::{ActivePolicy, FailurePolicy, PolicyMode, PolicySet, Registry};
 use crate::verdict_cache::{VerdictCache, VerdictKey};
-use crate::verdict_guard;
 
 /// Annotation listing the policies (`name@short-digest`, comma-separated) that shaped a pod.
 pub const APPLIED_ANNOTATION: &str = "policy.tfjob.dev/policies";
@@ -108,140 +110,6 @@ impl WasmPolicies {
 
     pub fn engine(&self) -> &Arc<PolicyEngine> {
         &self.engine
-    }
-}
-
-/// The WIT job context of a planner context.
-pub fn job_context(ctx: &PodContext) -> bindings::JobContext {
-    bindings::JobContext {
-        job_name: ctx.job_name.clone(),
-        namespace: ctx.namespace.clone(),
-        job_uid: ctx.job_uid.clone(),
-        job_labels: ctx.job_labels.clone().into_iter().collect(),
-        job_annotations: ctx.job_annotations.clone().into_iter().collect(),
-        replica_type: ctx.replica_type.clone(),
-        replica_index: ctx.replica_index,
-        replica_count: ctx.replica_count,
-        attempt: ctx.attempt,
-    }
-}
-
-/// The longest verdict reason kept; a condition reason is a short code.
-pub const MAX_VERDICT_REASON: usize = 256;
-/// The longest verdict message kept (a pod's termination messages are 4 KiB per container).
-pub const MAX_VERDICT_MESSAGE: usize = 16 << 10;
-
-/// Converts a WIT verdict, attributing it to `policy`; its texts are cut to
-/// [`MAX_VERDICT_REASON`] and [`MAX_VERDICT_MESSAGE`] at character boundaries.
-pub fn verdict_from(v: bindings::Verdict, policy: &str) -> Result<Verdict, EvalError> {
-    let time = |field: &str, t: Option<String>| match t {
-        Some(t) => t.parse::<Timestamp>().map(Some).map_err(|e| {
-            EvalError::new(
-                Category::InvalidOutput,
-                format!(
-                    "verdict {field} {:?} is not RFC 3339: {e}",
-                    text::elided(&t, 64)
-                ),
-            )
-        }),
-        None => Ok(None),
-    };
-    let occurred_at = time("occurred-at", v.occurred_at)?;
-    let recheck_at = time("recheck-at", v.recheck_at)?;
-    Ok(Verdict {
-        phase: match v.phase {
-            bindings::Phase::Undefined => VerdictPhase::Undefined,
-            bindings::Phase::Queued => VerdictPhase::Queued,
-            bindings::Phase::WaitingForResources => VerdictPhase::WaitingForResources,
-            bindings::Phase::Initializing => VerdictPhase::Initializing,
-            bindings::Phase::Running => VerdictPhase::Running,
-            bindings::Phase::Succeeded => VerdictPhase::Succeeded,
-            bindings::Phase::RetryableFailure => VerdictPhase::RetryableFailure,
-            bindings::Phase::PermanentFailure => VerdictPhase::PermanentFailure,
-        },
-        reason: text::elided(&v.reason, MAX_VERDICT_REASON),
-        message: text::elided(&v.message, MAX_VERDICT_MESSAGE),
-        kind: v.kind.map(|k| match k {
-            bindings::FailureKind::User => FailureKind::User,
-            bindings::FailureKind::System => FailureKind::System,
-        }),
-        occurred_at,
-        recheck_at,
-        policy: policy.to_owned(),
-    })
-}
-
-impl WasmPolicies {
-    fn decorate_step(
-        &self,
-        p: &ActivePolicy,
-        ctx: &bindings::JobContext,
-        input: &serde_json::Value,
-    ) -> Result<serde_json::Value, EvalError> {
-        let text = self.engine.limited(p.limits.clone()).decorate(
-            &p.compiled,
-            p.name(),
-            ctx,
-            &p.settings,
-            &input.to_string(),
-        )?;
-        let output: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            EvalError::new(
-                Category::InvalidOutput,
-                format!("decorated pod is not JSON: {e}"),
-            )
-        })?;
-        guard::check(input, &output, &p.allowed).map_err(|path| {
-            EvalError::new(
-                Category::GuardViolation,
-                format!("policy {} may not change {path}", p.name()),
-            )
-        })?;
-        Ok(output)
-    }
-
-    fn resources_step(
-        &self,
-        p: &ActivePolicy,
-        ctx: &bindings::JobContext,
-        pod: &mut serde_json::Value,
-    ) -> Result<(), EvalError> {
-        for list in ["initContainers", "containers"] {
-            let Some(containers) = pod
-                .pointer_mut(&format!("/spec/{list}"))
-                .and_then(|c| c.as_array_mut())
-            else {
-                continue;
-            };
-            for container in containers {
-                let name = container
-                    .get("name")
-                    .and_then(|n| n.as_str())
-                    .unwrap_or_default()
-                    .to_owned();
-                let current = container
-                    .get("resources")
-                    .cloned()
-                    .unwrap_or_else(|| serde_json::json!({}));
-                let text = self.engine.limited(p.limits.clone()).override_resources(
-                    &p.compiled,
-                    p.name(),
-                    ctx,
-                    &p.settings,
-                    &name,
-                    &current.to_string(),
-                )?;
-                let parsed: ResourceRequirements = serde_json::from_str(&text).map_err(|e| {
-                    EvalError::new(
-                        Category::InvalidOutput,
-                        format!("resources of container {name} are not ResourceRequirements: {e}"),
-                    )
-                })?;
-                container["resources"] = serde_json::to_value(parsed)
-                    .map_err(|e| EvalError::new(Category::InvalidOutput, e.to_string()))?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -341,10 +209,10 @@ impl WasmPolicies {
                 None => (current, current),
             };
             let result = self.measured(p, hook, || match hook {
-                Hook::Decorate => self.decorate_step(p, wit_ctx, input),
+                Hook::Decorate => hook_call::decorate(&self.engine, p, wit_ctx, input),
                 _ => {
                     let mut candidate = input.clone();
-                    self.resources_step(p, wit_ctx, &mut candidate)
+                    hook_call::resources_of_pod(&self.engine, p, wit_ctx, &mut candidate)
                         .map(|()| candidate)
                 }
             });
@@ -452,7 +320,7 @@ impl PodPolicies for WasmPolicies {
 
     fn shape_pod(&self, ctx: &PodContext, pod: Pod) -> Result<ShapedPod, PolicyError> {
         let set = self.registry.snapshot();
-        let wit_ctx = job_context(ctx);
+        let wit_ctx = hook_call::job_context(ctx);
         let mut notes = Vec::new();
         self.check_unavailable(&set, Hook::Decorate, ctx, &mut notes)?;
         self.check_unavailable(&set, Hook::Resources, ctx, &mut notes)?;
@@ -496,7 +364,7 @@ impl PodPolicies for WasmPolicies {
         let mut steps = Vec::new();
         for p in set.enforced(Hook::Decorate, &ctx.namespace, &ctx.job_labels) {
             let result = self.measured(p, Hook::Decorate, || {
-                self.decorate_step(p, &wit_ctx, &current)
+                hook_call::decorate(&self.engine, p, &wit_ctx, &current)
             });
             let result = result.map(|out| {
                 if keep_decorate {
@@ -524,7 +392,7 @@ impl PodPolicies for WasmPolicies {
         for p in set.enforced(Hook::Resources, &ctx.namespace, &ctx.job_labels) {
             let mut candidate = current.clone();
             let result = self.measured(p, Hook::Resources, || {
-                self.resources_step(p, &wit_ctx, &mut candidate)
+                hook_call::resources_of_pod(&self.engine, p, &wit_ctx, &mut candidate)
             });
             let result = result.map(|()| {
                 if keep_resources {
@@ -574,16 +442,7 @@ impl PodPolicies for WasmPolicies {
         ctx: &PodContext,
         pod: &Pod,
         now: Timestamp,
-    ) -> Result<Verdict, PolicyError> {
-        self.classify_with_notes(ctx, pod, now).map(|(v, _)| v)
-    }
-
-    fn classify_with_notes(
-        &self,
-        ctx: &PodContext,
-        pod: &Pod,
-        now: Timestamp,
-    ) -> Result<(Verdict, Vec<PolicyNote>), PolicyError> {
+    ) -> Result<Classified, PolicyError> {
         let set = self.registry.snapshot();
         let mut notes = Vec::new();
         self.check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
@@ -612,32 +471,16 @@ impl PodPolicies for WasmPolicies {
             }
             _ => None,
         };
-        let wit_ctx = job_context(ctx);
-        let pod_json = serde_json::to_string(pod).map_err(|e| PolicyError {
-            policy: "operator".into(),
-            category: Category::InvalidOutput,
-            message: format!("pod does not serialise: {e}"),
-        })?;
-        let now_text = now.to_string();
+        let wit_ctx = hook_call::job_context(ctx);
+        let json = Observed::encode(pod).map_err(|e| e.for_policy("operator"))?;
+        let observed = Observed {
+            pod,
+            json: &json,
+            now,
+        };
         let run = |p: &ActivePolicy| {
             self.measured(p, Hook::Classify, || {
-                self.engine
-                    .limited(p.limits.clone())
-                    .classify(
-                        &p.compiled,
-                        p.name(),
-                        &wit_ctx,
-                        &p.settings,
-                        &pod_json,
-                        &now_text,
-                    )
-                    .and_then(|v| verdict_from(v, &p.label()))
-                    .and_then(|v| match verdict_guard::check(pod, &v) {
-                        Ok(()) => Ok(v),
-                        Err(contradiction) => {
-                            Err(EvalError::new(Category::InvalidOutput, contradiction))
-                        }
-                    })
+                hook_call::classify(&self.engine, p, &wit_ctx, &observed)
             })
         };
         let mut decided = None;
@@ -662,7 +505,7 @@ impl PodPolicies for WasmPolicies {
         }
         let verdict = match decided {
             Some(v) => v,
-            None => self.fallback.classify(ctx, pod, now)?,
+            None => self.fallback.classify(ctx, pod, now)?.verdict,
         };
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
         for p in set.shadowing(Hook::Classify, &ctx.namespace, &ctx.job_labels) {
@@ -710,6 +553,6 @@ impl PodPolicies for WasmPolicies {
         if let Some((uid, key)) = key.filter(|_| reusable) {
             self.cache().put(&uid, key, &verdict, &notes, now);
         }
-        Ok((verdict, notes))
+        Ok(Classified { verdict, notes })
     }
 }

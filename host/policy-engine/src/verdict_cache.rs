@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 
 use jiff::{SignedDuration, Timestamp};
-use tfjob_planner::{PodContext, PolicyNote, Verdict};
+use tfjob_planner::{Classified, PodContext, PolicyNote, Verdict};
 
 /// Entries kept before unused ones are swept.
 pub const DEFAULT_CAPACITY: usize = 100_000;
@@ -88,18 +88,16 @@ impl VerdictCache {
 
     /// The verdict and notes kept for pod `uid`, if computed from `key` and still current at
     /// `now`.
-    pub fn get(
-        &mut self,
-        uid: &str,
-        key: &VerdictKey,
-        now: Timestamp,
-    ) -> Option<(Verdict, Vec<PolicyNote>)> {
+    pub fn get(&mut self, uid: &str, key: &VerdictKey, now: Timestamp) -> Option<Classified> {
         let entry = self.entries.get_mut(uid)?;
         if entry.key != *key || entry.recheck_at.is_some_and(|at| now >= at) {
             return None;
         }
         entry.last_used = now;
-        Some((entry.verdict.clone(), entry.notes.clone()))
+        Some(Classified {
+            verdict: entry.verdict.clone(),
+            notes: entry.notes.clone(),
+        })
     }
 
     /// Keeps a verdict computed from `key` at `now`, in place of any older one of the pod.

@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 use tfjob_planner::{PodContext, PodPolicies, VerdictPhase};
 use tfjob_policy_engine::bindings::JobContext;
 use tfjob_policy_engine::defaults::{self, HOSTILE_POLICY_WASM};
+use tfjob_policy_engine::hook_call::{job_context, verdict_from};
 use tfjob_policy_engine::local::{LocalError, PolicyConfig, load_policy_config, load_policy_dir};
-use tfjob_policy_engine::policies::{job_context, verdict_from};
 use tfjob_policy_engine::{
     APPLIED_ANNOTATION, ActivePolicy, Category, CompiledPolicy, EvalError, Hook, PolicyEngine,
     PolicySet, Registry, SandboxLimits, WasmPolicies,
@@ -256,7 +256,14 @@ fn wasm_classify(
 ) -> Result<(Value, Option<String>), EvalError> {
     let (policy, name) = default_policy(Hook::Classify);
     let pod_json = serde_json::to_string(pod).expect("pods serialise");
-    let raw = engine().classify(&policy, name, &wit_ctx(&ctx()), settings, &pod_json, now)?;
+    let raw = engine().at_maximum().classify(
+        &policy,
+        name,
+        &wit_ctx(&ctx()),
+        settings,
+        &pod_json,
+        now,
+    )?;
     let occurred_at = raw.occurred_at.clone();
     let verdict = verdict_from(raw, name)?;
     Ok((
@@ -440,7 +447,10 @@ fn canonical(pod: Value) -> Value {
 
 fn wasm_decorate(settings: &str, c: &PodContext, pod: &Value) -> Result<Value, EvalError> {
     let (policy, name) = default_policy(Hook::Decorate);
-    let out = engine().decorate(&policy, name, &wit_ctx(c), settings, &pod.to_string())?;
+    let out =
+        engine()
+            .at_maximum()
+            .decorate(&policy, name, &wit_ctx(c), settings, &pod.to_string())?;
     Ok(serde_json::from_str(&out).expect("the decorated pod is JSON"))
 }
 
@@ -654,7 +664,7 @@ fn wasm_resources(
     requirements: Value,
 ) -> Result<Value, EvalError> {
     let (policy, name) = default_policy(Hook::Resources);
-    let out = engine().override_resources(
+    let out = engine().at_maximum().override_resources(
         &policy,
         name,
         &wit_ctx(&ctx()),
@@ -925,6 +935,7 @@ fn image_pull_backoff_at(policies: &WasmPolicies, now: &str) -> tfjob_planner::V
             at(now),
         )
         .unwrap_or_else(|e| panic!("{e}"))
+        .verdict
 }
 
 #[test]
@@ -1163,7 +1174,7 @@ fn a_classification_is_reused_until_the_pod_the_policy_the_context_or_the_time_c
     let (policies, registry, counts) = counted_classifier(json!({}));
     let c = ctx();
     let classify =
-        |p: &dyn PodPolicies, pod: &Pod, now: &str| p.classify(&c, pod, at(now)).unwrap();
+        |p: &dyn PodPolicies, pod: &Pod, now: &str| p.classify(&c, pod, at(now)).unwrap().verdict;
     let pod = backing_off("10");
 
     let first = classify(&policies, &pod, "2026-01-01T00:01:00Z");

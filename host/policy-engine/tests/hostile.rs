@@ -13,7 +13,7 @@ use tfjob_planner::{PodContext, PodPolicies};
 use tfjob_policy_engine::bindings::JobContext;
 use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM;
-use tfjob_policy_engine::policies::job_context;
+use tfjob_policy_engine::hook_call::job_context;
 use tfjob_policy_engine::{
     ActivationError, ActivePolicy, BreakerConfig, Breakers, CallLimits, Category, CompiledPolicy,
     Hook, JobSelector, LabelExpression, PolicyEngine, PolicyManifest, PolicyMode, PolicySet,
@@ -45,7 +45,7 @@ fn patient_engine() -> &'static Arc<PolicyEngine> {
 fn patient_decorate(mode: &str) -> Result<String, tfjob_policy_engine::EvalError> {
     let e = patient_engine();
     let policy = e.compile(HOSTILE_POLICY_WASM).unwrap();
-    e.decorate(
+    e.at_maximum().decorate(
         &policy,
         "hostile",
         &wit_ctx(),
@@ -92,7 +92,7 @@ fn settings(mode: &str) -> String {
 }
 
 fn decorate(mode: &str) -> Result<String, tfjob_policy_engine::EvalError> {
-    engine().decorate(
+    engine().at_maximum().decorate(
         &hostile(),
         "hostile",
         &wit_ctx(),
@@ -114,6 +114,7 @@ fn an_infinite_loop_is_stopped_by_the_deadline() {
         started.elapsed()
     );
     let err = engine()
+        .at_maximum()
         .classify(
             &hostile(),
             "hostile",
@@ -289,6 +290,7 @@ fn the_engine_keeps_serving_after_hostile_calls() {
     let d = defaults::for_hook(Hook::Classify);
     let compiled = engine().compile(d.wasm).unwrap();
     let verdict = engine()
+        .at_maximum()
         .classify(
             &compiled,
             d.name,
@@ -573,7 +575,8 @@ fn shadow_policies_and_unselected_jobs_are_not_enforced() {
     });
     let verdict = shadow
         .classify(&ctx(), &base_pod(), jiff::Timestamp::UNIX_EPOCH)
-        .expect("the panicking shadow classifier is not called");
+        .expect("the panicking shadow classifier is not called")
+        .verdict;
     assert!(!verdict.policy.starts_with("hostile"), "{verdict:?}");
 }
 
@@ -589,9 +592,11 @@ fn call(hook: Hook, settings: &Value) -> Result<(), tfjob_policy_engine::EvalErr
     let pod = pod().to_string();
     match hook {
         Hook::Decorate => e
+            .at_maximum()
             .decorate(&policy, "hostile", &wit_ctx(), &settings, &pod)
             .map(drop),
         Hook::Resources => e
+            .at_maximum()
             .override_resources(
                 &policy,
                 "hostile",
@@ -602,6 +607,7 @@ fn call(hook: Hook, settings: &Value) -> Result<(), tfjob_policy_engine::EvalErr
             )
             .map(drop),
         Hook::Classify => e
+            .at_maximum()
             .classify(
                 &policy,
                 "hostile",
@@ -939,6 +945,7 @@ fn classify_with(
         Arc::new(Registry::new(PolicySet::new([active]))),
     )
     .classify(&ctx(), pod, jiff::Timestamp::UNIX_EPOCH)
+    .map(|c| c.verdict)
 }
 
 #[test]
@@ -1052,7 +1059,7 @@ fn components_built_against_contract_0_1_0_run_every_hook_and_their_verdicts_are
     observed.metadata.uid = Some("pod-uid".into());
     observed.metadata.resource_version = Some("7".into());
     let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-    let verdict = policies.classify(&ctx(), &observed, now).unwrap();
+    let verdict = policies.classify(&ctx(), &observed, now).unwrap().verdict;
     assert_eq!(verdict.phase, tfjob_planner::VerdictPhase::Running);
     assert_eq!(verdict.recheck_at, Some(now));
     assert_eq!(policies.cached_verdicts(), 0);

@@ -94,9 +94,11 @@ fn decide(engine: &PolicyEngine, hook: Hook, policy: &CompiledPolicy, settings: 
     let name = "default";
     match hook {
         Hook::Decorate => engine
+            .at_maximum()
             .decorate(policy, name, &ctx(), settings, &gpu_pod(false))
             .expect("decorate"),
         Hook::Resources => engine
+            .at_maximum()
             .override_resources(
                 policy,
                 name,
@@ -108,6 +110,7 @@ fn decide(engine: &PolicyEngine, hook: Hook, policy: &CompiledPolicy, settings: 
             .expect("resources"),
         Hook::Classify => {
             let v = engine
+                .at_maximum()
                 .classify(
                     policy,
                     name,
@@ -234,6 +237,7 @@ fn counter(tag: &str) -> Arc<CompiledPolicy> {
 
 fn count(policy: &CompiledPolicy, settings: &str) -> String {
     engine()
+        .at_maximum()
         .override_resources(policy, "counter", &ctx(), settings, "c", "{}")
         .expect("override-resources")
 }
@@ -322,6 +326,7 @@ fn a_validation_that_refuses_sleeps_or_loops_leaves_no_copy() {
     }
     // The plain component still serves a well-behaved mode.
     let verdict = limited
+        .at_maximum()
         .classify(
             &hostile,
             "hostile",

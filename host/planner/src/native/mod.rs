@@ -8,7 +8,7 @@ pub use tfjob_policy_logic::classify::{ClassifySettings, classify_pod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::policy::{PodContext, PodPolicies, PolicyError, ShapedPod, Verdict};
+use crate::policy::{Classified, PodContext, PodPolicies, PolicyError, ShapedPod, Verdict};
 
 /// The name native decisions are attributed to in conditions and events.
 pub const NATIVE_POLICY_NAME: &str = "builtin";
@@ -34,10 +34,10 @@ impl PodPolicies for NativePolicies {
         _ctx: &PodContext,
         pod: &Pod,
         now: Timestamp,
-    ) -> Result<Verdict, PolicyError> {
-        Ok(Verdict::decided_by(
+    ) -> Result<Classified, PolicyError> {
+        Ok(Classified::quietly(Verdict::decided_by(
             classify_pod(&self.classify, pod, now),
             NATIVE_POLICY_NAME,
-        ))
+        )))
     }
 }
