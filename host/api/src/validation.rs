@@ -15,7 +15,10 @@ use crate::labels::{
     DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_TRAINING_OPERATOR,
 };
-use crate::{CleanPodPolicy, ReplicaType, RestartPolicy, SchedulingPolicy, SuccessPolicy, TFJob};
+use crate::{
+    CleanPodPolicy, ReplicaSpec, ReplicaType, RestartPolicy, RunPolicy, SchedulingPolicy,
+    SuccessPolicy, TFJob,
+};
 
 /// One problem with a job, located by its field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,164 +107,16 @@ pub fn managed_elsewhere(job: &TFJob) -> bool {
 
 /// Applies the defaults and checks every rule; returns all problems at once.
 pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
-    let mut errors = Vec::new();
-    let mut push = |path: String, message: &str| {
-        errors.push(FieldError {
-            path,
-            message: message.to_owned(),
-        })
-    };
-
+    let mut problems = Problems::default();
     let name = job.metadata.name.clone().unwrap_or_default();
     if let Some(problem) = dns1035_problem(&name) {
-        push("metadata.name".into(), &problem);
+        problems.push("metadata.name".into(), &problem);
     }
-
-    let spec = &job.spec;
-    let run = &spec.run_policy;
-    if let Some(m) = run.managed_by.as_deref()
-        && m != MANAGED_BY_TRAINING_OPERATOR
-        && m != MANAGED_BY_MULTIKUEUE
-    {
-        push(
-            "spec.runPolicy.managedBy".into(),
-            &format!(
-                "unsupported value {m:?}: must be {MANAGED_BY_TRAINING_OPERATOR:?} or {MANAGED_BY_MULTIKUEUE:?}"
-            ),
-        );
-    }
-    for (field, value) in [
-        (
-            "ttlSecondsAfterFinished",
-            run.ttl_seconds_after_finished.map(i64::from),
-        ),
-        ("activeDeadlineSeconds", run.active_deadline_seconds),
-        ("backoffLimit", run.backoff_limit.map(i64::from)),
-        (
-            "schedulingPolicy.minAvailable",
-            run.scheduling_policy
-                .as_ref()
-                .and_then(|s| s.min_available)
-                .map(i64::from),
-        ),
-        (
-            "schedulingPolicy.scheduleTimeoutSeconds",
-            run.scheduling_policy
-                .as_ref()
-                .and_then(|s| s.schedule_timeout_seconds)
-                .map(i64::from),
-        ),
-    ] {
-        if value.is_some_and(|v| v < 0) {
-            push(
-                format!("spec.runPolicy.{field}"),
-                "must be greater than or equal to 0",
-            );
-        }
-    }
-
-    if spec.tf_replica_specs.is_empty() {
-        push(
-            "spec.tfReplicaSpecs".into(),
-            "must contain at least one replica spec",
-        );
-    }
-
-    let mut replicas = BTreeMap::new();
-    let mut seen_keys: BTreeMap<ReplicaType, &str> = BTreeMap::new();
-    for (key, replica) in &spec.tf_replica_specs {
-        let base = format!("spec.tfReplicaSpecs[{key}]");
-        let Some(rtype) = ReplicaType::parse_loose(key) else {
-            push(
-                base,
-                "unknown replica type: must be one of Chief, Master, PS, Worker, Evaluator",
-            );
-            continue;
-        };
-        if let Some(other) = seen_keys.insert(rtype, key) {
-            push(
-                base.clone(),
-                &format!("duplicate replica type: {other:?} and {key:?} both mean {rtype}"),
-            );
-        }
-        let count = replica.replicas.unwrap_or(1);
-        if count < 0 {
-            push(
-                format!("{base}.replicas"),
-                "must be greater than or equal to 0",
-            );
-        }
-        // TensorFlow's cluster resolver knows one chief (Master is its old name) and one
-        // evaluator; a second one would never join the cluster.
-        if count > 1
-            && matches!(
-                rtype,
-                ReplicaType::Chief | ReplicaType::Master | ReplicaType::Evaluator
-            )
-        {
-            push(
-                format!("{base}.replicas"),
-                &format!("must be at most 1 for {rtype}"),
-            );
-        }
-        let containers = replica
-            .template
-            .spec
-            .as_ref()
-            .map(|s| s.containers.as_slice())
-            .unwrap_or_default();
-        if containers.is_empty() {
-            push(
-                format!("{base}.template.spec.containers"),
-                "must contain at least one container",
-            );
-        }
-        for (i, c) in containers.iter().enumerate() {
-            if c.name.is_empty() {
-                push(
-                    format!("{base}.template.spec.containers[{i}].name"),
-                    "must be set",
-                );
-            }
-            if c.image.as_deref().is_none_or(str::is_empty) {
-                push(
-                    format!("{base}.template.spec.containers[{i}].image"),
-                    "must be set",
-                );
-            }
-            for (j, port) in c.ports.iter().flatten().enumerate() {
-                if let Some(problem) = port.name.as_deref().and_then(port_name_problem) {
-                    push(
-                        format!("{base}.template.spec.containers[{i}].ports[{j}].name"),
-                        &problem,
-                    );
-                }
-            }
-        }
-        if !containers.is_empty() && !containers.iter().any(|c| c.name == DEFAULT_CONTAINER_NAME) {
-            push(
-                format!("{base}.template.spec.containers"),
-                &format!("must contain a container named {DEFAULT_CONTAINER_NAME:?}"),
-            );
-        }
-        replicas.insert(
-            rtype,
-            ValidReplica {
-                replicas: count,
-                restart_policy: replica.restart_policy.unwrap_or_default(),
-                template: with_default_port(&replica.template),
-            },
-        );
-    }
-    if replicas.contains_key(&ReplicaType::Chief) && replicas.contains_key(&ReplicaType::Master) {
-        push(
-            "spec.tfReplicaSpecs".into(),
-            "must not contain both Chief and Master",
-        );
-    }
-
-    if !errors.is_empty() {
-        return Err(ValidationErrors(errors));
+    let run = &job.spec.run_policy;
+    check_run_policy(run, &mut problems);
+    let replicas = replica_specs(&job.spec.tf_replica_specs, &mut problems);
+    if !problems.0.is_empty() {
+        return Err(ValidationErrors(problems.0));
     }
     Ok(ValidJob {
         name,
@@ -280,9 +135,180 @@ pub fn validate(job: &TFJob) -> Result<ValidJob, ValidationErrors> {
             suspend: run.suspend.unwrap_or(false),
             scheduling: run.scheduling_policy.clone().unwrap_or_default(),
         },
-        success_policy: spec.success_policy.unwrap_or_default(),
-        enable_dynamic_worker: spec.enable_dynamic_worker.unwrap_or(false),
+        success_policy: job.spec.success_policy.unwrap_or_default(),
+        enable_dynamic_worker: job.spec.enable_dynamic_worker.unwrap_or(false),
     })
+}
+
+/// The problems found so far, in the order they were found.
+#[derive(Default)]
+struct Problems(Vec<FieldError>);
+
+impl Problems {
+    fn push(&mut self, path: String, message: &str) {
+        self.0.push(FieldError {
+            path,
+            message: message.to_owned(),
+        });
+    }
+}
+
+/// `spec.runPolicy`: a manager this operator knows, and no negative counts or durations.
+fn check_run_policy(run: &RunPolicy, problems: &mut Problems) {
+    if let Some(m) = run.managed_by.as_deref()
+        && m != MANAGED_BY_TRAINING_OPERATOR
+        && m != MANAGED_BY_MULTIKUEUE
+    {
+        problems.push(
+            "spec.runPolicy.managedBy".into(),
+            &format!(
+                "unsupported value {m:?}: must be {MANAGED_BY_TRAINING_OPERATOR:?} or {MANAGED_BY_MULTIKUEUE:?}"
+            ),
+        );
+    }
+    let scheduling = run.scheduling_policy.as_ref();
+    for (field, value) in [
+        (
+            "ttlSecondsAfterFinished",
+            run.ttl_seconds_after_finished.map(i64::from),
+        ),
+        ("activeDeadlineSeconds", run.active_deadline_seconds),
+        ("backoffLimit", run.backoff_limit.map(i64::from)),
+        (
+            "schedulingPolicy.minAvailable",
+            scheduling.and_then(|s| s.min_available).map(i64::from),
+        ),
+        (
+            "schedulingPolicy.scheduleTimeoutSeconds",
+            scheduling
+                .and_then(|s| s.schedule_timeout_seconds)
+                .map(i64::from),
+        ),
+    ] {
+        if value.is_some_and(|v| v < 0) {
+            problems.push(
+                format!("spec.runPolicy.{field}"),
+                "must be greater than or equal to 0",
+            );
+        }
+    }
+}
+
+/// `spec.tfReplicaSpecs`: known replica types, each once, with counts TensorFlow accepts and
+/// templates the operator can run; returns the replicas with their defaults.
+fn replica_specs(
+    specs: &BTreeMap<String, ReplicaSpec>,
+    problems: &mut Problems,
+) -> BTreeMap<ReplicaType, ValidReplica> {
+    if specs.is_empty() {
+        problems.push(
+            "spec.tfReplicaSpecs".into(),
+            "must contain at least one replica spec",
+        );
+    }
+    let mut replicas = BTreeMap::new();
+    let mut seen_keys: BTreeMap<ReplicaType, &str> = BTreeMap::new();
+    for (key, replica) in specs {
+        let base = format!("spec.tfReplicaSpecs[{key}]");
+        let Some(rtype) = ReplicaType::parse_loose(key) else {
+            problems.push(
+                base,
+                "unknown replica type: must be one of Chief, Master, PS, Worker, Evaluator",
+            );
+            continue;
+        };
+        if let Some(other) = seen_keys.insert(rtype, key) {
+            problems.push(
+                base.clone(),
+                &format!("duplicate replica type: {other:?} and {key:?} both mean {rtype}"),
+            );
+        }
+        let count = replica.replicas.unwrap_or(1);
+        check_replica_count(&base, rtype, count, problems);
+        check_template(&base, &replica.template, problems);
+        replicas.insert(
+            rtype,
+            ValidReplica {
+                replicas: count,
+                restart_policy: replica.restart_policy.unwrap_or_default(),
+                template: with_default_port(&replica.template),
+            },
+        );
+    }
+    if replicas.contains_key(&ReplicaType::Chief) && replicas.contains_key(&ReplicaType::Master) {
+        problems.push(
+            "spec.tfReplicaSpecs".into(),
+            "must not contain both Chief and Master",
+        );
+    }
+    replicas
+}
+
+/// `replicas`: not negative, and at most one coordinator or evaluator.
+fn check_replica_count(base: &str, rtype: ReplicaType, count: i32, problems: &mut Problems) {
+    if count < 0 {
+        problems.push(
+            format!("{base}.replicas"),
+            "must be greater than or equal to 0",
+        );
+    }
+    // TensorFlow's cluster resolver knows one chief (Master is its old name) and one
+    // evaluator; a second one would never join the cluster.
+    if count > 1
+        && matches!(
+            rtype,
+            ReplicaType::Chief | ReplicaType::Master | ReplicaType::Evaluator
+        )
+    {
+        problems.push(
+            format!("{base}.replicas"),
+            &format!("must be at most 1 for {rtype}"),
+        );
+    }
+}
+
+/// `template`: containers with names and images, valid port names, and a `tensorflow`
+/// container.
+fn check_template(base: &str, template: &PodTemplateSpec, problems: &mut Problems) {
+    let containers = template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    if containers.is_empty() {
+        problems.push(
+            format!("{base}.template.spec.containers"),
+            "must contain at least one container",
+        );
+    }
+    for (i, c) in containers.iter().enumerate() {
+        if c.name.is_empty() {
+            problems.push(
+                format!("{base}.template.spec.containers[{i}].name"),
+                "must be set",
+            );
+        }
+        if c.image.as_deref().is_none_or(str::is_empty) {
+            problems.push(
+                format!("{base}.template.spec.containers[{i}].image"),
+                "must be set",
+            );
+        }
+        for (j, port) in c.ports.iter().flatten().enumerate() {
+            if let Some(problem) = port.name.as_deref().and_then(port_name_problem) {
+                problems.push(
+                    format!("{base}.template.spec.containers[{i}].ports[{j}].name"),
+                    &problem,
+                );
+            }
+        }
+    }
+    if !containers.is_empty() && !containers.iter().any(|c| c.name == DEFAULT_CONTAINER_NAME) {
+        problems.push(
+            format!("{base}.template.spec.containers"),
+            &format!("must contain a container named {DEFAULT_CONTAINER_NAME:?}"),
+        );
+    }
 }
 
 /// Admission check of a TFJob as JSON (what an API server's validation hook sees): rejects

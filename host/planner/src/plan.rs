@@ -193,6 +193,25 @@ struct Tally {
     succeeded: BTreeSet<i32>,
 }
 
+/// A replica type and index: where one pod and its service belong.
+type Slot = (ReplicaType, i32);
+
+/// What the pods of a running job showed.
+#[derive(Default)]
+struct Observed<'p> {
+    tallies: BTreeMap<ReplicaType, Tally>,
+    /// Slots without a pod whose work is not done.
+    missing: Vec<Slot>,
+    /// Failed pods that will be restarted.
+    retryable: Vec<Judged<'p>>,
+    /// Failed pods that fail their replica for good.
+    permanent: Vec<Judged<'p>>,
+    /// Container restarts in place (`OnFailure`, `Always`), counted against the backoff limit.
+    in_place_restarts: i64,
+    /// A pod is still on its way to running.
+    pending: bool,
+}
+
 /// A pod that needs a decision after all pods were classified.
 struct Judged<'p> {
     rtype: ReplicaType,
@@ -522,15 +541,30 @@ impl<'a, 'i> Planner<'a, 'i> {
     /// The running job: classify every pod, decide success, failure or restarts, create what is
     /// missing.
     fn run(&mut self, job: &ValidJob) -> Result<(), PlanError> {
-        let input = self.input;
-        let mut by_slot: BTreeMap<(ReplicaType, i32), Vec<&Pod>> = BTreeMap::new();
-        for pod in input.pods {
-            match replica_of(&pod.metadata) {
-                Some(slot) => by_slot.entry(slot).or_default().push(pod),
-                None => continue,
+        let slots = self.pods_by_slot(job);
+        let services = self.services_in_spec(job);
+        let mut seen = self.observe_replicas(job, &slots)?;
+        self.record_completed_indexes(&seen.tallies);
+        self.forget_restarts_outside_spec(job);
+        let outcome = self.decide(job, &mut seen);
+        self.write_replica_statuses(job, &seen.tallies);
+        if outcome == Outcome::Finished {
+            return Ok(());
+        }
+        self.create_missing(job, &seen.missing, &services)?;
+        self.schedule_rechecks(job, seen.pending);
+        Ok(())
+    }
+
+    /// The job's pods by replica slot; pods beyond the spec (scale down, removed replica
+    /// types) are deleted.
+    fn pods_by_slot(&mut self, job: &ValidJob) -> BTreeMap<Slot, Vec<&'i Pod>> {
+        let mut by_slot: BTreeMap<Slot, Vec<&Pod>> = BTreeMap::new();
+        for pod in self.input.pods {
+            if let Some(slot) = replica_of(&pod.metadata) {
+                by_slot.entry(slot).or_default().push(pod);
             }
         }
-        // Pods and services beyond the spec (scale down, removed replica types) go.
         for (&(rtype, index), pods) in &by_slot {
             if !in_spec(job, rtype, index) {
                 for pod in pods {
@@ -542,13 +576,18 @@ impl<'a, 'i> Planner<'a, 'i> {
                 }
             }
         }
-        let mut existing_services = BTreeSet::new();
-        for svc in input.services {
+        by_slot
+    }
+
+    /// The slots that have a service; services beyond the spec are deleted.
+    fn services_in_spec(&mut self, job: &ValidJob) -> BTreeSet<Slot> {
+        let mut existing = BTreeSet::new();
+        for svc in self.input.services {
             let Some((rtype, index)) = replica_of(&svc.metadata) else {
                 continue;
             };
             if in_spec(job, rtype, index) {
-                existing_services.insert((rtype, index));
+                existing.insert((rtype, index));
             } else {
                 self.plan.delete_services.push(Deletion {
                     name: svc.metadata.name.clone().unwrap_or_default(),
@@ -557,97 +596,128 @@ impl<'a, 'i> Planner<'a, 'i> {
                 });
             }
         }
+        existing
+    }
 
-        let mut tallies: BTreeMap<ReplicaType, Tally> = BTreeMap::new();
-        let mut missing = Vec::new();
-        let mut retryable = Vec::new();
-        let mut permanent = Vec::new();
-        let mut in_place_restarts = 0i64;
-        let mut pending = false;
+    /// Classifies the current pod of every slot of the spec and sorts it into the tallies.
+    fn observe_replicas(
+        &mut self,
+        job: &ValidJob,
+        slots: &BTreeMap<Slot, Vec<&'i Pod>>,
+    ) -> Result<Observed<'i>, PlanError> {
+        let mut seen = Observed::default();
         for (&rtype, replica) in &job.replicas {
             let mut tally = Tally {
                 succeeded: self.completed(job, rtype),
                 ..Tally::default()
             };
             for index in 0..replica.replicas {
-                let pods = by_slot
+                let pods = slots
                     .get(&(rtype, index))
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                let Some(pod) = self.current_pod(pods) else {
-                    if !tally.succeeded.contains(&index) {
-                        missing.push((rtype, index));
+                match self.current_pod(pods) {
+                    Some(pod) => {
+                        self.observe_pod(job, (rtype, index), pod, &mut tally, &mut seen)?
                     }
-                    continue;
-                };
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                if self.restart_in_progress(pod) {
-                    // The deletion was recorded but the cache still shows the pod: ask again,
-                    // count no restart.
-                    self.plan
-                        .delete_pods
-                        .push(deletion(pod, DeletionCause::Restart));
-                    tally.restarting += 1;
-                    continue;
-                }
-                let verdict = if pod.metadata.deletion_timestamp.is_some() {
-                    terminating_verdict(&name)
-                } else {
-                    let ctx = self.context(job, rtype, index);
-                    let Classified { verdict, notes } =
-                        input.policies.classify(&ctx, pod, input.now)?;
-                    self.policy_notes(&job.uid, notes);
-                    // Time alone changes this verdict then: look again at that moment rather
-                    // than at the next periodic pass.
-                    if let Some(at) = verdict.recheck_at.filter(|at| *at > self.now()) {
-                        self.requeue(until(self.now(), at));
-                    }
-                    verdict
-                };
-                for event in pod_problem_events(pod) {
-                    self.plan.events.push(event);
-                }
-                if replica.restart_policy == RestartPolicy::ExitCode && pod_phase(pod) == "Failed" {
-                    self.exited_with_code_event(pod);
-                }
-                if matches!(
-                    replica.restart_policy,
-                    RestartPolicy::OnFailure | RestartPolicy::Always
-                ) {
-                    in_place_restarts += i64::from(container_restarts(pod));
-                }
-                match verdict.phase {
-                    VerdictPhase::Running => tally.active += 1,
-                    VerdictPhase::Succeeded => {
-                        tally.succeeded.insert(index);
-                    }
-                    VerdictPhase::RetryableFailure
-                        if replica.restart_policy != RestartPolicy::Never =>
-                    {
-                        tally.restarting += 1;
-                        retryable.push(Judged {
-                            rtype,
-                            pod,
-                            verdict,
-                        });
-                    }
-                    VerdictPhase::RetryableFailure => {
-                        tally.failed += 1;
-                    }
-                    VerdictPhase::PermanentFailure => {
-                        tally.failed += 1;
-                        permanent.push(Judged {
-                            rtype,
-                            pod,
-                            verdict,
-                        });
-                    }
-                    _ => pending = true,
+                    None if !tally.succeeded.contains(&index) => seen.missing.push((rtype, index)),
+                    None => {}
                 }
             }
-            tallies.insert(rtype, tally);
+            seen.tallies.insert(rtype, tally);
         }
-        // Completed indexes of replicas no longer in the spec are dropped with them.
+        Ok(seen)
+    }
+
+    /// Classifies one slot's current pod and counts it.
+    fn observe_pod(
+        &mut self,
+        job: &ValidJob,
+        (rtype, index): Slot,
+        pod: &'i Pod,
+        tally: &mut Tally,
+        seen: &mut Observed<'i>,
+    ) -> Result<(), PlanError> {
+        let replica = &job.replicas[&rtype];
+        if self.restart_in_progress(pod) {
+            // The deletion was recorded but the cache still shows the pod: ask again, count
+            // no restart.
+            self.plan
+                .delete_pods
+                .push(deletion(pod, DeletionCause::Restart));
+            tally.restarting += 1;
+            return Ok(());
+        }
+        let verdict = self.verdict(job, (rtype, index), pod)?;
+        for event in pod_problem_events(pod) {
+            self.plan.events.push(event);
+        }
+        if replica.restart_policy == RestartPolicy::ExitCode && pod_phase(pod) == "Failed" {
+            self.exited_with_code_event(pod);
+        }
+        if matches!(
+            replica.restart_policy,
+            RestartPolicy::OnFailure | RestartPolicy::Always
+        ) {
+            seen.in_place_restarts += i64::from(container_restarts(pod));
+        }
+        match verdict.phase {
+            VerdictPhase::Running => tally.active += 1,
+            VerdictPhase::Succeeded => {
+                tally.succeeded.insert(index);
+            }
+            VerdictPhase::RetryableFailure if replica.restart_policy != RestartPolicy::Never => {
+                tally.restarting += 1;
+                seen.retryable.push(Judged {
+                    rtype,
+                    pod,
+                    verdict,
+                });
+            }
+            VerdictPhase::RetryableFailure => {
+                tally.failed += 1;
+            }
+            VerdictPhase::PermanentFailure => {
+                tally.failed += 1;
+                seen.permanent.push(Judged {
+                    rtype,
+                    pod,
+                    verdict,
+                });
+            }
+            _ => seen.pending = true,
+        }
+        Ok(())
+    }
+
+    /// The policies' verdict on a pod (a terminating pod is not asked about), with their notes
+    /// recorded and a recheck at the time the verdict may change on its own.
+    fn verdict(
+        &mut self,
+        job: &ValidJob,
+        (rtype, index): Slot,
+        pod: &Pod,
+    ) -> Result<Verdict, PlanError> {
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Ok(terminating_verdict(
+                pod.metadata.name.as_deref().unwrap_or_default(),
+            ));
+        }
+        let input = self.input;
+        let ctx = self.context(job, rtype, index);
+        let Classified { verdict, notes } = input.policies.classify(&ctx, pod, input.now)?;
+        self.policy_notes(&job.uid, notes);
+        // Time alone changes this verdict then: look again at that moment rather than at the
+        // next periodic pass.
+        if let Some(at) = verdict.recheck_at.filter(|at| *at > self.now()) {
+            self.requeue(until(self.now(), at));
+        }
+        Ok(verdict)
+    }
+
+    /// Keeps the indexes whose work is done; those of replicas no longer in the spec are
+    /// dropped with them.
+    fn record_completed_indexes(&mut self, tallies: &BTreeMap<ReplicaType, Tally>) {
         self.status.completed_indexes = tallies
             .iter()
             .filter(|(_, tally)| !tally.succeeded.is_empty())
@@ -656,7 +726,10 @@ impl<'a, 'i> Planner<'a, 'i> {
                 (rtype.as_str().to_owned(), indexes)
             })
             .collect();
-        // Restart records of indexes that are no longer part of the spec are dropped.
+    }
+
+    /// Drops the restart records of indexes that are no longer part of the spec.
+    fn forget_restarts_outside_spec(&mut self, job: &ValidJob) {
         let wanted: BTreeSet<String> = job
             .replicas
             .iter()
@@ -665,28 +738,38 @@ impl<'a, 'i> Planner<'a, 'i> {
         self.status
             .pod_restarts
             .retain(|name, _| wanted.contains(name));
+    }
 
-        let outcome = self.decide(job, &mut tallies, &retryable, &permanent, in_place_restarts);
-        self.write_replica_statuses(job, &tallies);
-        if outcome == Outcome::Finished {
-            return Ok(());
-        }
-
+    /// Creates the missing pods and services, unless gang scheduling holds them back.
+    fn create_missing(
+        &mut self,
+        job: &ValidJob,
+        missing: &[Slot],
+        services: &BTreeSet<Slot>,
+    ) -> Result<(), PlanError> {
         // As 1.9: while Volcano has not admitted the group, neither pods nor services are
         // created, so a job that does not fit holds nothing.
-        let delayed = self.sync_pod_group(job).is_some();
-        for (rtype, index) in missing.into_iter().filter(|_| !delayed) {
+        if self.sync_pod_group(job).is_some() {
+            return Ok(());
+        }
+        for &(rtype, index) in missing {
             self.create_pod(job, rtype, index)?;
         }
-        for (&rtype, replica) in job.replicas.iter().filter(|_| !delayed) {
+        for (&rtype, replica) in &job.replicas {
             for index in 0..replica.replicas {
-                if !existing_services.contains(&(rtype, index)) {
+                if !services.contains(&(rtype, index)) {
                     self.plan
                         .create_services
                         .push(build_service(job, rtype, index));
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Starts the clock on the first pass, and asks to be called again when the deadline ends
+    /// and, while pods are on their way, periodically.
+    fn schedule_rechecks(&mut self, job: &ValidJob, pending: bool) {
         if self.status.start_time.is_none() {
             self.status.start_time = Some(Time(self.now()));
         }
@@ -700,7 +783,6 @@ impl<'a, 'i> Planner<'a, 'i> {
         if pending {
             self.requeue(PENDING_RECHECK);
         }
-        Ok(())
     }
 
     /// Picks the pod that represents a replica index: one not being deleted if there is one.
@@ -746,117 +828,120 @@ impl<'a, 'i> Planner<'a, 'i> {
     }
 
     /// Success, failure, restarts and the Running condition, in that order.
-    fn decide(
-        &mut self,
-        job: &ValidJob,
-        tallies: &mut BTreeMap<ReplicaType, Tally>,
-        retryable: &[Judged<'_>],
-        permanent: &[Judged<'_>],
-        in_place_restarts: i64,
-    ) -> Outcome {
+    fn decide(&mut self, job: &ValidJob, seen: &mut Observed<'_>) -> Outcome {
         // Deliberate fix: success is evaluated first, so a job never has both outcomes.
-        if self.succeeded(job, tallies) {
-            let message = format!(
-                "TFJob {}/{} successfully completed.",
-                self.namespace, self.name
-            );
-            self.condition(
-                JobConditionType::Succeeded,
-                ConditionStatus::True,
-                "TFJobSucceeded",
-                &message,
-            );
-            self.status.completion_time.get_or_insert(Time(self.now()));
-            self.event(EventType::Normal, "TFJobSucceeded", message, None);
-            self.plan.transitions.push(Transition::Succeeded);
+        if self.succeeded(job, &seen.tallies) {
+            self.succeed();
             return Outcome::Finished;
         }
-        let tolerated =
-            |rtype: ReplicaType| job.enable_dynamic_worker && rtype == ReplicaType::Worker;
-
-        if let Some(j) = permanent.iter().find(|j| !tolerated(j.rtype)) {
-            let base = match job.replicas[&j.rtype].restart_policy {
-                RestartPolicy::ExitCode => {
-                    format!(
-                        "job \"{}\" is failing because \"{}\" replica(s) failed.",
-                        self.name, j.rtype
-                    )
-                }
-                _ => format!(
-                    "TFJob {}/{} has failed because {} {} replica(s) failed.",
-                    self.namespace, self.name, tallies[&j.rtype].failed, j.rtype
-                ),
-            };
-            let message = format!("{base} {}", verdict_detail(j.pod, &j.verdict));
+        if let Some(message) = self.permanent_failure(job, seen) {
             self.fail(&message);
             return Outcome::Finished;
         }
+        if let Some(message) = self.limit_reached(job, seen) {
+            self.fail(&message);
+            self.free_resources(&mut seen.tallies);
+            return Outcome::Finished;
+        }
+        // A replica that failed for good fails the job before anything is restarted, so a
+        // failing job never also shows Restarting or deletes pods for nothing.
+        if let Some(message) = self.failed_replica(job, &seen.tallies) {
+            self.fail(&message);
+            return Outcome::Finished;
+        }
+        for j in &seen.retryable {
+            self.restart(j);
+        }
+        if seen.retryable.is_empty() && running(job, &seen.tallies) {
+            let message = format!("TFJob {}/{} is running.", self.namespace, self.name);
+            self.condition(
+                JobConditionType::Running,
+                ConditionStatus::True,
+                "TFJobRunning",
+                &message,
+            );
+        }
+        Outcome::Continue
+    }
 
-        let restarts_done = i64::from(self.status.restart_count.unwrap_or(0)) + in_place_restarts;
+    fn succeed(&mut self) {
+        let message = format!(
+            "TFJob {}/{} successfully completed.",
+            self.namespace, self.name
+        );
+        self.condition(
+            JobConditionType::Succeeded,
+            ConditionStatus::True,
+            "TFJobSucceeded",
+            &message,
+        );
+        self.status.completion_time.get_or_insert(Time(self.now()));
+        self.event(EventType::Normal, "TFJobSucceeded", message, None);
+        self.plan.transitions.push(Transition::Succeeded);
+    }
+
+    /// The failure message of the first pod the policies failed for good, unless its replica
+    /// type tolerates failures.
+    fn permanent_failure(&self, job: &ValidJob, seen: &Observed<'_>) -> Option<String> {
+        let j = seen
+            .permanent
+            .iter()
+            .find(|j| !tolerates_failures(job, j.rtype))?;
+        let base = match job.replicas[&j.rtype].restart_policy {
+            RestartPolicy::ExitCode => format!(
+                "job \"{}\" is failing because \"{}\" replica(s) failed.",
+                self.name, j.rtype
+            ),
+            _ => format!(
+                "TFJob {}/{} has failed because {} {} replica(s) failed.",
+                self.namespace, self.name, seen.tallies[&j.rtype].failed, j.rtype
+            ),
+        };
+        Some(format!("{base} {}", verdict_detail(j.pod, &j.verdict)))
+    }
+
+    /// The failure message when the backoff limit or the active deadline is reached.
+    fn limit_reached(&self, job: &ValidJob, seen: &Observed<'_>) -> Option<String> {
+        let restarts_done =
+            i64::from(self.status.restart_count.unwrap_or(0)) + seen.in_place_restarts;
         // The restarts this reconcile needs must fit within the limit: restarts never exceed it,
         // and no pod is deleted for a restart the job cannot afford.
-        let needed = retryable.len() as i64;
+        let needed = seen.retryable.len() as i64;
         if let Some(limit) = job.run_policy.backoff_limit.map(i64::from)
             && restarts_done + needed > limit
         {
-            let message = format!(
+            return Some(format!(
                 "Job {} has failed because it has reached the specified backoff limit",
                 self.name
-            );
-            self.fail(&message);
-            self.free_resources(tallies);
-            return Outcome::Finished;
+            ));
         }
         if let (Some(ads), Some(start)) = (
             job.run_policy.active_deadline_seconds,
             self.status.start_time.clone(),
         ) && later(start.0, ads).is_some_and(|deadline| self.now() >= deadline)
         {
-            let message = format!(
+            return Some(format!(
                 "Job {} has failed because it was active longer than specified deadline",
                 self.name
-            );
-            self.fail(&message);
-            self.free_resources(tallies);
-            return Outcome::Finished;
+            ));
         }
+        None
+    }
 
-        // A replica that failed for good fails the job before anything is restarted, so a
-        // failing job never also shows Restarting or deletes pods for nothing.
-        for (rtype, tally) in tallies.iter() {
-            if tally.failed > 0 && !tolerated(*rtype) {
-                let message = format!(
-                    "TFJob {}/{} has failed because {} {} replica(s) failed.",
-                    self.namespace, self.name, tally.failed, rtype
-                );
-                self.fail(&message);
-                return Outcome::Finished;
-            }
-        }
-        for j in retryable {
-            self.restart(j);
-        }
-        if retryable.is_empty() {
-            let running = if job.has_chief_or_master() {
-                tallies
-                    .iter()
-                    .any(|(t, tally)| t.is_chief_or_master() && tally.active > 0)
-            } else {
-                tallies
-                    .get(&ReplicaType::Worker)
-                    .is_some_and(|t| t.active > 0)
-            };
-            if running {
-                let message = format!("TFJob {}/{} is running.", self.namespace, self.name);
-                self.condition(
-                    JobConditionType::Running,
-                    ConditionStatus::True,
-                    "TFJobRunning",
-                    &message,
-                );
-            }
-        }
-        Outcome::Continue
+    /// The failure message of the first replica type with failed pods that does not tolerate
+    /// them.
+    fn failed_replica(
+        &self,
+        job: &ValidJob,
+        tallies: &BTreeMap<ReplicaType, Tally>,
+    ) -> Option<String> {
+        let (rtype, tally) = tallies
+            .iter()
+            .find(|(rtype, tally)| tally.failed > 0 && !tolerates_failures(job, **rtype))?;
+        Some(format!(
+            "TFJob {}/{} has failed because {} {} replica(s) failed.",
+            self.namespace, self.name, tally.failed, rtype
+        ))
     }
 
     fn succeeded(&self, job: &ValidJob, tallies: &BTreeMap<ReplicaType, Tally>) -> bool {
@@ -1049,6 +1134,24 @@ impl<'a, 'i> Planner<'a, 'i> {
 enum Outcome {
     Finished,
     Continue,
+}
+
+/// Whether failed pods of `rtype` leave the job running (dynamic workers).
+fn tolerates_failures(job: &ValidJob, rtype: ReplicaType) -> bool {
+    job.enable_dynamic_worker && rtype == ReplicaType::Worker
+}
+
+/// Whether the job counts as running: its chief or master is, or without one a worker.
+fn running(job: &ValidJob, tallies: &BTreeMap<ReplicaType, Tally>) -> bool {
+    if job.has_chief_or_master() {
+        tallies
+            .iter()
+            .any(|(t, tally)| t.is_chief_or_master() && tally.active > 0)
+    } else {
+        tallies
+            .get(&ReplicaType::Worker)
+            .is_some_and(|t| t.active > 0)
+    }
 }
 
 fn in_spec(job: &ValidJob, rtype: ReplicaType, index: i32) -> bool {
