@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use tfjob_api::parse::parse_tfjob_yaml;
 use tfjob_api::validation::validate;
-use tfjob_cluster::cel_admission::SchemaRules;
+use tfjob_cluster::admission::cel::SchemaRules;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
@@ -78,7 +78,7 @@ fn header<'a>(text: &'a str, prefix: &str) -> &'a str {
 #[test]
 fn the_tfjob_crd_is_served_with_its_rules() {
     let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd()).unwrap();
-    assert_eq!(tfjob_cluster::cel_admission::check_crd(&crd), Ok(()));
+    assert_eq!(tfjob_cluster::admission::cel::check_crd(&crd), Ok(()));
 }
 
 #[test]

@@ -28,8 +28,8 @@ use tfjob_api::JobConditionType::{self, Failed, Succeeded};
 use tfjob_api::TFJob;
 use tfjob_cluster::Store;
 use tfjob_cluster::faults::{ErrorRule, FaultConfig, FaultCounts, FaultStatus};
-use tfjob_cluster::requests::Verb;
-use tfjob_cluster::store::EventType;
+use tfjob_cluster::http::requests::Verb;
+use tfjob_cluster::storage::store::EventType;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 
 use common::{MAIN, is_true, phase, replica};
@@ -586,7 +586,7 @@ fn history(
     plural: &str,
     ns: &str,
     since: u64,
-) -> Vec<tfjob_cluster::store::WatchEvent> {
+) -> Vec<tfjob_cluster::storage::store::WatchEvent> {
     store
         .watch(&format!("/{plural}"), Some(ns), since)
         .unwrap_or_else(|e| {

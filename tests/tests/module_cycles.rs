@@ -1,10 +1,11 @@
-//! No import cycles between the top-level modules of any crate of the workspace.
+//! No import cycles between the modules of any crate of the workspace.
 //!
 //! A cycle (`a` uses `crate::b`, `b` uses `crate::a`) means neither module can be read, tested
 //! or moved without the other. This test reads every crate root of the workspace (`lib.rs`,
-//! `main.rs`), the modules it declares and every `crate::...` path in their files (`use` lines
-//! and paths in code alike, grouped imports included), and finds the strongly connected
-//! components of that graph.
+//! `main.rs`), the module tree it declares (nested modules included, each a node by its path)
+//! and every `crate::...` and `super::...` path in each module's file (`use` lines and paths in
+//! code alike, grouped imports included), and finds the strongly connected components of that
+//! graph.
 //!
 //! `KNOWN` may list cycles that are being removed; the test fails on any cycle not listed, and
 //! on a listed one that no longer exists (so the list only shrinks). It is empty.
@@ -93,7 +94,8 @@ fn code_of(text: &str) -> String {
     out
 }
 
-/// The modules a root file declares with `mod name;` or `pub mod name;` (any visibility).
+/// The modules a file declares with `mod name;` or `pub mod name;` (any visibility); inline
+/// modules (`mod tests { ... }`) are part of their file.
 fn declared_modules(code: &str) -> Vec<String> {
     code.lines()
         .map(str::trim)
@@ -106,109 +108,147 @@ fn declared_modules(code: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every file of module `name` of the crate rooted in `src`: `name.rs`, `name/mod.rs` and
-/// everything below `name/`.
-fn module_files(src: &Path, name: &str) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for file in [
-        src.join(format!("{name}.rs")),
-        src.join(name).join("mod.rs"),
-    ] {
-        if file.exists() {
-            files.push(file);
+/// Every module of the crate rooted at `root`, by path (`http::server`), with its file. A
+/// module `a` declared in `dir/x.rs` (or the root) lives in `dir/a.rs` or `dir/a/mod.rs`, and
+/// its own modules under `dir/a/`.
+fn module_tree(root: &Path) -> BTreeMap<String, PathBuf> {
+    let mut modules = BTreeMap::new();
+    let mut stack = vec![(
+        String::new(),
+        root.to_path_buf(),
+        root.parent().unwrap().to_path_buf(),
+    )];
+    while let Some((path, file, children)) = stack.pop() {
+        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+        for name in declared_modules(&code) {
+            let child = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}::{name}")
+            };
+            let flat = children.join(format!("{name}.rs"));
+            let nested = children.join(&name).join("mod.rs");
+            let child_file = if flat.exists() { flat } else { nested };
+            assert!(
+                child_file.exists(),
+                "{}: mod {name} has no file",
+                file.display()
+            );
+            stack.push((child.clone(), child_file.clone(), children.join(&name)));
+            modules.insert(child, child_file);
         }
     }
-    let mut stack = vec![src.join(name)];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") && !files.contains(&path) {
-                files.push(path);
-            }
-        }
-    }
-    files
+    modules
 }
 
-/// The top-level modules `code` names through `crate::`, grouped imports included.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut named = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        // `$crate::` in a macro, or an identifier ending in `crate`, is not this crate's path.
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-            continue;
-        }
+/// Every path `code` names through `crate::` (as segments, anchored at the root: `None`), and
+/// through `super::` (as the segments after it, anchored `Some(n)` levels up), grouped imports
+/// expanded: `use crate::{a::X,
+/// b::{Y, Z}}` names `a::X`, `b::Y` and `b::Z`. A glob (`super::*`) names nothing.
+fn named_paths(code: &str) -> Vec<(Option<usize>, Vec<String>)> {
+    fn ident(rest: &str) -> &str {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    }
+    /// Reads one use tree at the start of `rest` below `prefix` into `out`.
+    fn tree(rest: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        let rest = rest.trim_start();
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 1;
-            let mut end = 0;
+            let mut start = 0;
             for (i, c) in group.char_indices() {
                 match c {
                     '{' => depth += 1,
                     '}' => depth -= 1,
-                    _ => {}
-                }
-                if depth == 0 {
-                    end = i;
-                    break;
-                }
-            }
-            // Top-level names of the group: split at commas outside nested braces.
-            let mut depth = 0;
-            let mut start = 0;
-            let inner = &group[..end];
-            for (i, c) in inner.char_indices().chain([(inner.len(), ',')]) {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        let item = inner[start..i].trim();
-                        let head: String = item
-                            .chars()
-                            .take_while(|c| c.is_alphanumeric() || *c == '_')
-                            .collect();
-                        if !head.is_empty() {
-                            named.insert(head);
-                        }
+                    ',' if depth == 1 => {
+                        tree(&group[start..i], prefix.clone(), out);
                         start = i + 1;
                     }
                     _ => {}
                 }
+                if depth == 0 {
+                    tree(&group[start..i], prefix, out);
+                    return;
+                }
             }
-        } else {
-            let head: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !head.is_empty() {
-                named.insert(head);
+            return;
+        }
+        let name = ident(rest);
+        if name.is_empty() {
+            if !prefix.is_empty() {
+                out.push(prefix);
             }
+            return;
+        }
+        let mut path = prefix;
+        if name != "self" {
+            path.push(name.to_owned());
+        }
+        match rest[name.len()..].strip_prefix("::") {
+            Some(more) => tree(more, path, out),
+            None => out.push(path),
+        }
+    }
+    let mut named = Vec::new();
+    for (keyword, relative) in [("crate::", false), ("super::", true)] {
+        let mut rest = code;
+        while let Some(at) = rest.find(keyword) {
+            // `$crate::` in a macro, or an identifier ending in the keyword, is not a path.
+            let before = rest[..at].chars().next_back();
+            rest = &rest[at + keyword.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == ':') {
+                continue;
+            }
+            let mut ups = usize::from(relative);
+            let mut tail = rest;
+            while relative && let Some(more) = tail.strip_prefix("super::") {
+                ups += 1;
+                tail = more;
+            }
+            rest = tail;
+            let mut paths = Vec::new();
+            tree(tail, Vec::new(), &mut paths);
+            let anchor = relative.then_some(ups);
+            named.extend(paths.into_iter().map(|p| (anchor, p)));
         }
     }
     named
 }
 
-/// The module graph of the crate rooted at `root`: each declared module and the other declared
-/// modules it names.
+/// The module graph of the crate rooted at `root`: each module and the other modules it
+/// names (the longest module path a named path starts with). A module's own descendants are
+/// not edges: a parent declares its children.
 fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let src = root.parent().unwrap();
-    let modules = declared_modules(&code_of(&std::fs::read_to_string(root).unwrap()));
+    let modules = module_tree(root);
     let mut graph = BTreeMap::new();
-    for module in &modules {
+    for (module, file) in &modules {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let own: Vec<&str> = module.split("::").collect();
         let mut edges = BTreeSet::new();
-        for file in module_files(src, module) {
-            let code = code_of(&std::fs::read_to_string(&file).unwrap());
-            for named in crate_paths(&code) {
-                if named != *module && modules.contains(&named) {
-                    edges.insert(named);
-                }
+        for (anchor, path) in named_paths(&code) {
+            let base = match anchor {
+                None => 0,
+                Some(ups) => match own.len().checked_sub(ups) {
+                    Some(base) => base,
+                    None => continue,
+                },
+            };
+            let full: Vec<&str> = own[..base]
+                .iter()
+                .copied()
+                .chain(path.iter().map(String::as_str))
+                .collect();
+            let target = (1..=full.len())
+                .rev()
+                .map(|n| full[..n].join("::"))
+                .find(|candidate| modules.contains_key(candidate));
+            if let Some(target) = target
+                && target != *module
+                && !target.starts_with(&format!("{module}::"))
+            {
+                edges.insert(target);
             }
         }
         graph.insert(module.clone(), edges);
@@ -281,10 +321,20 @@ fn the_checker_finds_a_cycle_and_reads_grouped_imports() {
     let code = code_of(
         "use crate::{a::X, b::{Y, Z}, c};\n// crate::d in a comment\nlet s = \"crate::e\";\nlet f = crate::f::g();\nmacro_rules! m { () => { $crate::h }; }",
     );
+    let named: Vec<String> = named_paths(&code)
+        .into_iter()
+        .map(|(anchor, p)| format!("{anchor:?}:{}", p.join("::")))
+        .collect();
     assert_eq!(
-        crate_paths(&code).into_iter().collect::<Vec<_>>(),
-        ["a", "b", "c", "f"]
+        named,
+        ["None:a::X", "None:b::Y", "None:b::Z", "None:c", "None:f::g"]
     );
+    let code = code_of("use super::super::x::{self, y};\nuse super::*;\nfn f() { super::z(); }");
+    let named: Vec<String> = named_paths(&code)
+        .into_iter()
+        .map(|(anchor, p)| format!("{anchor:?}:{}", p.join("::")))
+        .collect();
+    assert_eq!(named, ["Some(2):x", "Some(2):x::y", "Some(1):z"]);
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("a", vec!["b"]),
         ("b", vec!["c"]),
@@ -328,5 +378,16 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
     assert!(
         gone.is_empty(),
         "these listed cycles are gone: remove them from KNOWN: {gone:#?}"
+    );
+}
+
+#[test]
+fn nested_modules_are_nodes_of_their_own() {
+    let g = graph(&repo().join("host/cluster/src/lib.rs"));
+    assert!(g["http::server"].contains("storage::store"), "{g:#?}");
+    assert!(g["kubelet::gang"].contains("kubelet::schedule"), "{g:#?}");
+    assert!(
+        !g["http"].contains("http::server"),
+        "a parent declares its children"
     );
 }

@@ -18,13 +18,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(0);
     let store = Store::new();
-    tfjob_cluster::crd::install(&store, serde_json::to_value(tfjob_api::crd::tfjob_crd())?)?;
+    tfjob_cluster::storage::crd::install(
+        &store,
+        serde_json::to_value(tfjob_api::crd::tfjob_crd())?,
+    )?;
     store.set_validator(
         "kubeflow.org",
         "tfjobs",
         Arc::new(tfjob_api::validation::admit),
     );
-    let (addr, server) = tfjob_cluster::server::start(store, port).await?;
+    let (addr, server) = tfjob_cluster::http::server::start(store, port).await?;
     let kubeconfig =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/serve-kubeconfig");
     std::fs::write(

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::requests::{RequestInfo, Verb};
+use crate::http::requests::{RequestInfo, Verb};
 
 /// Which requests fail, how slow every request is, and when watches are cut. The default injects
 /// nothing.

@@ -8,7 +8,7 @@
 //! through realistic statuses: containers created, running, terminated, restarted in place
 //! under `OnFailure`/`Always`. What each pod does is scripted by `sim.tfjob.dev/*` annotations
 //! ([`script`]). Containers print a start line, the lines of their `sim.tfjob.dev/log` script
-//! ([`log_script`]) and an exit line into the store's [`PodLogs`](crate::logs::PodLogs).
+//! ([`log_script`]) and an exit line into the store's [`PodLogs`](crate::kubelet::logs::PodLogs).
 //!
 //! The pure parts (annotation parsing, scheduling arithmetic, status rendering) live in the
 //! submodules; this file is the event loop: a watch on pods, one timer per pod, and writes
@@ -24,6 +24,7 @@
 
 pub mod gang;
 pub mod log_script;
+pub mod logs;
 pub mod schedule;
 pub mod script;
 pub mod status;
@@ -39,9 +40,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
-use crate::crd::podgroups;
 use crate::error::ApiError;
-use crate::store::{EventType, Patch, ResourceType, Store, WatchEvent};
+use crate::storage::crd::podgroups;
+use crate::storage::store::{EventType, Patch, ResourceType, Store, WatchEvent};
 use gang::{Decision, Family, GroupSpec, Members, Scheduling};
 use log_script::{LogEvent, LogScript};
 use schedule::{GPU, NodeView, Resources};
@@ -130,7 +131,7 @@ pub fn install_gang_crd(store: &Store, config: &KubeletConfig) -> Result<(), Api
     if store.resource(group, podgroups::PLURAL).is_some() {
         return Ok(());
     }
-    crate::crd::install(store, crd).map(|_| ())
+    crate::storage::crd::install(store, crd).map(|_| ())
 }
 
 /// Runs the simulation until `shutdown` resolves.
@@ -1775,7 +1776,7 @@ impl Kubelet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::DeleteOptions;
+    use crate::storage::store::DeleteOptions;
 
     /// Hands every event received so far to the kubelet and runs a scheduling pass, as its
     /// loop does.

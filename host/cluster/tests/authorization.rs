@@ -16,8 +16,8 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tfjob_cluster::Store;
-use tfjob_cluster::access::Access;
-use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_cluster::auth::access::Access;
+use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 
 struct Cluster {
     running: RunningServer,
@@ -34,7 +34,7 @@ fn start() -> Cluster {
         .unwrap();
     let store = Store::new();
     let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd()).unwrap();
-    tfjob_cluster::crd::install(&store, crd).unwrap();
+    tfjob_cluster::storage::crd::install(&store, crd).unwrap();
     let options = ServerOptions {
         access: Access {
             authorize: true,
@@ -43,7 +43,7 @@ fn start() -> Cluster {
         ..ServerOptions::default()
     };
     let running = runtime
-        .block_on(tfjob_cluster::server::start_with(
+        .block_on(tfjob_cluster::http::server::start_with(
             Arc::clone(&store),
             0,
             options,

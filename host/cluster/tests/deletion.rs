@@ -15,7 +15,9 @@ use serde_json::json;
 use tfjob_cluster::Store;
 
 async fn client() -> Client {
-    let (addr, _server) = tfjob_cluster::server::start(Store::new(), 0).await.unwrap();
+    let (addr, _server) = tfjob_cluster::http::server::start(Store::new(), 0)
+        .await
+        .unwrap();
     Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
 }
 

@@ -17,8 +17,8 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
 use tfjob_cluster::faults::{ErrorRule, FaultConfig, FaultStatus, Faults};
-use tfjob_cluster::requests::Verb;
-use tfjob_cluster::server::{RunningServer, ServerOptions};
+use tfjob_cluster::http::requests::Verb;
+use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 
 struct Env {
     store: Arc<Store>,
@@ -31,7 +31,7 @@ async fn start(config: FaultConfig) -> Env {
         faults: Faults::new(config).unwrap(),
         ..ServerOptions::default()
     };
-    let server = tfjob_cluster::server::start_with(Arc::clone(&store), 0, options)
+    let server = tfjob_cluster::http::server::start_with(Arc::clone(&store), 0, options)
         .await
         .unwrap();
     Env { store, server }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tfjob_cluster::kubelet::gang::{GROUP_NAME_ANNOTATION, POD_GROUP_LABEL};
 use tfjob_cluster::kubelet::script::DURATION;
 use tfjob_cluster::kubelet::{self, KubeletConfig};
-use tfjob_cluster::store::Patch;
+use tfjob_cluster::storage::store::Patch;
 use tfjob_cluster::{ResourceType, Store};
 
 const NS: &str = "ml";
@@ -487,10 +487,10 @@ async fn a_coscheduled_pod_without_its_podgroup_is_rejected_and_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_and_kube_rs_serve_podgroups() {
     let c = cluster(Some(VOLCANO));
-    let server = tfjob_cluster::server::start_with(
+    let server = tfjob_cluster::http::server::start_with(
         Arc::clone(&c.store),
         0,
-        tfjob_cluster::server::ServerOptions::default(),
+        tfjob_cluster::http::server::ServerOptions::default(),
     )
     .await
     .unwrap();

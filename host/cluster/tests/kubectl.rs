@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
+use tfjob_cluster::http::server::ServerOptions;
 use tfjob_cluster::kubelet::{self, KubeletConfig};
-use tfjob_cluster::server::ServerOptions;
 
 struct Kubectl {
     addr: std::net::SocketAddr,
@@ -47,14 +47,14 @@ fn start_cluster(with_kubelet: bool) -> Kubectl {
         .unwrap();
     let store = Store::new();
     let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd()).unwrap();
-    tfjob_cluster::crd::install(&store, crd).unwrap();
+    tfjob_cluster::storage::crd::install(&store, crd).unwrap();
     store.set_validator(
         "kubeflow.org",
         "tfjobs",
         Arc::new(tfjob_api::validation::admit),
     );
     let running = runtime
-        .block_on(tfjob_cluster::server::start_with(
+        .block_on(tfjob_cluster::http::server::start_with(
             Arc::clone(&store),
             0,
             ServerOptions::default(),

@@ -14,7 +14,7 @@ use tfjob_cluster::kubelet::script::{
     REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, TERMINATED_REASON,
 };
 use tfjob_cluster::kubelet::{self, KubeletConfig};
-use tfjob_cluster::store::DeleteOptions;
+use tfjob_cluster::storage::store::DeleteOptions;
 use tfjob_cluster::{ResourceType, Store};
 
 const NS: &str = "ml";

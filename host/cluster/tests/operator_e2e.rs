@@ -27,7 +27,7 @@ struct Env {
 
 async fn start() -> Env {
     let store = Store::new();
-    let (addr, _server) = tfjob_cluster::server::start(Arc::clone(&store), 0)
+    let (addr, _server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
         .await
         .unwrap();
     let config = Config::new(format!("http://{addr}").parse().unwrap());

@@ -30,7 +30,7 @@ async fn the_python_client_reads_pod_logs() {
         return;
     }
     let store = Store::new();
-    let (addr, server) = tfjob_cluster::server::start(Arc::clone(&store), 0)
+    let (addr, server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
         .await
         .unwrap();
     let kubelet = kubelet::spawn(

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use tfjob_cluster::Store;
 
 async fn server() -> Client {
-    let (addr, _server) = tfjob_cluster::server::start(Store::new(), 0).await.unwrap();
+    let (addr, _server) = tfjob_cluster::http::server::start(Store::new(), 0)
+        .await
+        .unwrap();
     Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
 }
 

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
+use tfjob_cluster::http::requests::{RequestSnapshot, Verb};
 use tfjob_cluster::kubelet::KubeletConfig;
-use tfjob_cluster::requests::{RequestSnapshot, Verb};
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_operator::policy_setup::Policies;
 use tfjob_policy_engine::SandboxLimits;

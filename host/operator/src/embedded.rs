@@ -17,11 +17,11 @@ use serde::Deserialize as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
-use tfjob_cluster::access::Access;
+use tfjob_cluster::auth::access::Access;
 use tfjob_cluster::faults::{FaultConfig, Faults};
+use tfjob_cluster::http::requests::RequestStats;
+use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 use tfjob_cluster::kubelet::KubeletConfig;
-use tfjob_cluster::requests::RequestStats;
-use tfjob_cluster::server::{RunningServer, ServerOptions};
 use tfjob_cluster::{ApiError, Store};
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
@@ -182,16 +182,19 @@ impl EmbeddedCluster {
         let store = Store::new();
         let crd = serde_json::to_value(tfjob_api::crd::tfjob_crd())
             .map_err(|e| StartError::Crd(e.to_string()))?;
-        tfjob_cluster::crd::install(&store, crd).map_err(|e| StartError::Crd(e.to_string()))?;
+        tfjob_cluster::storage::crd::install(&store, crd)
+            .map_err(|e| StartError::Crd(e.to_string()))?;
         store.set_validator(
             "kubeflow.org",
             "tfjobs",
             Arc::new(tfjob_api::validation::admit),
         );
         if let Some(path) = options.state.as_deref().filter(|p| p.exists()) {
-            tfjob_cluster::persist::load(&store, path).map_err(|e| StartError::Restore {
-                path: path.to_owned(),
-                message: e.to_string(),
+            tfjob_cluster::storage::persist::load(&store, path).map_err(|e| {
+                StartError::Restore {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                }
             })?;
         }
         let faults = Faults::new(options.faults).map_err(|e| StartError::Faults(e.to_string()))?;
@@ -203,13 +206,16 @@ impl EmbeddedCluster {
             },
             ..ServerOptions::default()
         };
-        let server =
-            tfjob_cluster::server::start_with(Arc::clone(&store), options.port, server_options)
-                .await
-                .map_err(|source| StartError::Bind {
-                    port: options.port,
-                    source,
-                })?;
+        let server = tfjob_cluster::http::server::start_with(
+            Arc::clone(&store),
+            options.port,
+            server_options,
+        )
+        .await
+        .map_err(|source| StartError::Bind {
+            port: options.port,
+            source,
+        })?;
         let addr = server.addr;
         let url = format!("http://{addr}")
             .parse()

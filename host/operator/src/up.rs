@@ -184,7 +184,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                     _ = tokio::time::sleep(Duration::from_secs(5)) => {}
                     _ = rx.wait_for(|stop| *stop) => break,
                 }
-                if let Err(e) = tfjob_cluster::persist::save(&store, &path) {
+                if let Err(e) = tfjob_cluster::storage::persist::save(&store, &path) {
                     tracing::warn!(error = %e, "could not save the cluster state");
                 }
             }
@@ -215,7 +215,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         let _ = saver.await;
     }
     if let Some(path) = &args.state {
-        tfjob_cluster::persist::save(&store, path)
+        tfjob_cluster::storage::persist::save(&store, path)
             .with_context(|| format!("saving {}", path.display()))?;
         println!("Cluster state saved to {}", path.display());
     }

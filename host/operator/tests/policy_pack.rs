@@ -670,7 +670,7 @@ fn cells(line: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_policy_configmaps_with_the_operators_status() {
     let store = tfjob_cluster::Store::new();
-    let (addr, _server) = tfjob_cluster::server::start(Arc::clone(&store), 0)
+    let (addr, _server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
         .await
         .unwrap();
     let client =

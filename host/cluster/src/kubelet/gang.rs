@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::schedule::{self, NodeView, Resources};
-use crate::crd::podgroups::VOLCANO_SCHEDULER;
+use crate::storage::crd::podgroups::VOLCANO_SCHEDULER;
 
 /// The annotation naming a pod's Volcano PodGroup.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";

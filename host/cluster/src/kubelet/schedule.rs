@@ -159,7 +159,7 @@ pub fn node_view(node: &Value) -> Option<NodeView> {
             Some((name.clone(), amount?))
         })
         .collect();
-    let labels = crate::selector::labels(node);
+    let labels = crate::storage::selector::labels(node);
     Some(NodeView {
         name: node
             .pointer("/metadata/name")

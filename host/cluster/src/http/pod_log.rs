@@ -19,9 +19,9 @@ use axum::response::Response;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use crate::http::error_response;
-use crate::logs::{LogOptions, RunLog, format_line, render};
-use crate::query::Query;
+use crate::http::query::Query;
+use crate::http::respond::error_response;
+use crate::kubelet::logs::{LogOptions, RunLog, format_line, render};
 use crate::{ApiError, Store};
 
 /// Answers a `pods/log` request.

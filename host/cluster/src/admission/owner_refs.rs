@@ -5,7 +5,7 @@
 //! `finalizers` subresource, since blocking the owner's deletion is as strong as adding a
 //! finalizer to it. Many clusters (OpenShift among them) turn the plugin on, so an operator's
 //! RBAC needs `update` on `<owner>/finalizers`; the embedded server enforces it when it
-//! authorizes. Pure: [`crate::access`] runs the checks.
+//! authorizes. Pure: [`crate::auth::access`] runs the checks.
 
 use serde_json::Value;
 

@@ -1,19 +1,19 @@
 //! Access control of the embedded API server: a middleware in front of every handler that
-//! authenticates each request by its bearer token ([`crate::tokens`]), applies its
-//! impersonation headers ([`crate::impersonation`]) and, when
+//! authenticates each request by its bearer token ([`crate::auth::tokens`]), applies its
+//! impersonation headers ([`crate::auth::impersonation`]) and, when
 //! [`Access::authorize`] is on, authorizes it by the RBAC objects in the store
-//! ([`crate::rbac`]) and applies the owner-reference permission rule to creates and updates
-//! ([`crate::owner_refs`]), as an API server started with `--authorization-mode=RBAC` and the
+//! ([`crate::auth::rbac`]) and applies the owner-reference permission rule to creates and updates
+//! ([`crate::admission::owner_refs`]), as an API server started with `--authorization-mode=RBAC` and the
 //! `OwnerReferencesPermissionEnforcement` admission plugin does.
 //!
 //! The request's attributes are derived as Kubernetes derives them: the verb from the method
-//! and path ([`crate::requests::classify`]: a GET of a collection is a list, with
+//! and path ([`crate::http::requests::classify`]: a GET of a collection is a list, with
 //! `?watch=true` a watch, a DELETE of one a deletecollection), the subresource from the path,
 //! the name of a list or watch from a `metadata.name` field selector. Denials are answered
 //! `403 Forbidden` with Kubernetes' message and counted in [`RequestStats`] with who was
 //! denied what, so a test can assert that a client with a given RBAC never was.
 //!
-//! [`RequestStats`]: crate::requests::RequestStats
+//! [`RequestStats`]: crate::http::requests::RequestStats
 
 use std::sync::Arc;
 
@@ -24,12 +24,12 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::Value;
 
-use crate::http::json_response;
-use crate::owner_refs;
-use crate::rbac::{Attributes, Decision, Policy, ResourceAttributes, UserInfo};
-use crate::requests::{self, Denial, RequestStats};
-use crate::store::Store;
-use crate::tokens::{Tokens, Unauthenticated};
+use crate::admission::owner_refs;
+use crate::auth::rbac::{Attributes, Decision, Policy, ResourceAttributes, UserInfo};
+use crate::auth::tokens::{Tokens, Unauthenticated};
+use crate::http::requests::{self, Denial, RequestStats};
+use crate::http::respond::json_response;
+use crate::storage::store::Store;
 
 /// Largest body read to check its owner references (the largest the server takes).
 const MAX_CHECKED_BODY: usize = 64 << 20;
@@ -98,7 +98,7 @@ fn policy(store: &Store, namespace: &str) -> Policy {
 
 /// Whether `user` may do what `attributes` ask, by the objects in `store`.
 pub fn authorize(store: &Store, user: &UserInfo, attributes: &Attributes) -> Decision {
-    if user.in_group(crate::rbac::MASTERS) {
+    if user.in_group(crate::auth::rbac::MASTERS) {
         // No need to read the objects to know.
         return Policy::default().authorize(user, attributes);
     }
@@ -140,10 +140,10 @@ pub(crate) async fn middleware(
             return json_response(401, &Unauthenticated::status());
         }
     };
-    let user = match crate::impersonation::requested(request.headers()) {
+    let user = match crate::auth::impersonation::requested(request.headers()) {
         Ok(None) => user,
         Ok(Some(acting)) => {
-            let denied = (access.authorize && !user.in_group(crate::rbac::MASTERS))
+            let denied = (access.authorize && !user.in_group(crate::auth::rbac::MASTERS))
                 .then(|| {
                     acting.checks.iter().find_map(|check| {
                         match authorize(&server.store, &user, check) {
@@ -155,7 +155,7 @@ pub(crate) async fn middleware(
                 .flatten();
             if let Some((check, reason)) = denied {
                 let refusal = Refusal {
-                    message: crate::rbac::denial(&user, &check, &reason),
+                    message: crate::auth::rbac::denial(&user, &check, &reason),
                     checked: check.clone(),
                 };
                 return refuse(&server, request, &user, &check, refusal).await;
@@ -170,12 +170,12 @@ pub(crate) async fn middleware(
             );
         }
     };
-    if !access.authorize || user.in_group(crate::rbac::MASTERS) {
+    if !access.authorize || user.in_group(crate::auth::rbac::MASTERS) {
         return next.run(request).await;
     }
     let attributes = attributes(request.method(), request.uri());
     if let Decision::Deny { reason } = authorize(&server.store, &user, &attributes) {
-        let message = crate::rbac::denial(&user, &attributes, &reason);
+        let message = crate::auth::rbac::denial(&user, &attributes, &reason);
         let refusal = Refusal {
             checked: attributes.clone(),
             message: message.clone(),
@@ -238,8 +238,8 @@ fn body_object(headers: &HeaderMap, body: &Bytes) -> Option<Value> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if crate::protobuf::is_protobuf(content_type) {
-        crate::protobuf::decode(body).ok()
+    if crate::http::protobuf::is_protobuf(content_type) {
+        crate::http::protobuf::decode(body).ok()
     } else {
         serde_json::from_slice(body).ok()
     }
@@ -299,7 +299,7 @@ fn check_owner_refs(
                 name: blocking.name.clone(),
             });
             if let Decision::Deny { reason } = authorize(store, user, &finalizers) {
-                let why = crate::rbac::denial(user, &finalizers, &reason);
+                let why = crate::auth::rbac::denial(user, &finalizers, &reason);
                 return Some(Refusal {
                     checked: finalizers,
                     message: owner_refs::finalizers_message(&why),
@@ -320,7 +320,7 @@ async fn refuse(
 ) -> Response {
     let agent = requests::agent(request.headers());
     drain(request).await;
-    let status = crate::rbac::forbidden_status(attributes, &refusal.message);
+    let status = crate::auth::rbac::forbidden_status(attributes, &refusal.message);
     let message = status["message"].as_str().unwrap_or_default().to_owned();
     tracing::debug!(user = %user.name, %message, "request denied");
     let (verb, group, resource, namespace) = match &refusal.checked {

@@ -150,7 +150,7 @@ pub fn classify(method: &Method, uri: &Uri) -> Option<RequestInfo> {
 /// `metadata.name=NAME` (or `==`), as kube-rs and kubectl watch a single object.
 fn selected_name(query: &[(&str, &str)]) -> Option<String> {
     let (_, selector) = query.iter().find(|(k, _)| *k == "fieldSelector")?;
-    let selector = crate::query::decode(selector);
+    let selector = crate::http::query::decode(selector);
     selector.split(',').find_map(|term| {
         let (key, value) = term.split_once("==").or_else(|| term.split_once('='))?;
         (key.trim() == "metadata.name")

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::store::Store;
+use crate::storage::store::Store;
 
 /// A persistence failure, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +66,7 @@ pub fn load(store: &Store, path: &Path) -> Result<(), PersistError> {
         .into_iter()
         .partition(|(t, _)| t == "apiextensions.k8s.io/customresourcedefinitions");
     for (_, crd) in &crds {
-        if let Some(rt) = crate::crd::resource_type(crd) {
+        if let Some(rt) = crate::storage::crd::resource_type(crd) {
             store.register(rt);
         }
     }

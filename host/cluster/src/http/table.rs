@@ -5,7 +5,7 @@ use std::borrow::Borrow;
 
 use serde_json::{Value, json};
 
-use crate::store::ResourceType;
+use crate::storage::store::ResourceType;
 
 /// Whether the client asked for a Table.
 pub fn wants_table(accept: &str) -> bool {

@@ -12,7 +12,7 @@
 //!
 //! All of it is pure; the store calls [`on_write`] on every create, update and patch, and
 //! [`on_create`] once more on a create. Cluster IPs and node ports are the one default that
-//! needs the store's state: it allocates them ([`crate::store`]).
+//! needs the store's state: it allocates them ([`crate::storage::store`]).
 
 use serde_json::{Map, Value, json};
 

@@ -21,10 +21,10 @@ use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::allocations::Allocations;
-use crate::cel_admission::SchemaRules;
-use crate::defaults;
+use crate::admission::cel::SchemaRules;
+use crate::admission::defaults;
 use crate::error::ApiError;
+use crate::storage::allocations::Allocations;
 
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -268,7 +268,7 @@ pub type Validator = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 pub enum Patch {
     /// JSON merge patch (RFC 7386).
     Merge(Value),
-    /// Strategic merge patch of a built-in kind ([`crate::strategic_merge`]).
+    /// Strategic merge patch of a built-in kind ([`crate::storage::strategic_merge`]).
     Strategic(Value),
     /// JSON patch (RFC 6902).
     Json(json_patch::Patch),
@@ -444,7 +444,7 @@ pub struct Store {
     tx: broadcast::Sender<WatchEvent>,
     /// Container logs, written by the simulated kubelet and read by `pods/log`; kept here
     /// because both hold the store.
-    logs: crate::logs::PodLogs,
+    logs: crate::kubelet::logs::PodLogs,
 }
 
 fn now() -> String {
@@ -495,7 +495,7 @@ impl Store {
                 allocations: Allocations::default(),
             }),
             tx,
-            logs: crate::logs::PodLogs::new(),
+            logs: crate::kubelet::logs::PodLogs::new(),
         };
         for t in builtin_types() {
             store.register(t);
@@ -510,7 +510,7 @@ impl Store {
             store.set_validator(
                 "rbac.authorization.k8s.io",
                 plural,
-                Arc::new(move |obj| crate::rbac::validate(kind, obj)),
+                Arc::new(move |obj| crate::auth::rbac::validate(kind, obj)),
             );
         }
         Arc::new(store)
@@ -560,7 +560,7 @@ impl Store {
     }
 
     /// The containers' logs.
-    pub fn logs(&self) -> &crate::logs::PodLogs {
+    pub fn logs(&self) -> &crate::kubelet::logs::PodLogs {
         &self.logs
     }
 
@@ -610,7 +610,7 @@ impl Store {
             ApiError::invalid_fields(&t.qualified_kind(), &t.group, &t.kind, &name, causes)
         };
         if t.group == "apiextensions.k8s.io" && t.plural == "customresourcedefinitions" {
-            crate::cel_admission::check_crd(obj).map_err(|c| invalid(vec![c]))?;
+            crate::admission::cel::check_crd(obj).map_err(|c| invalid(vec![c]))?;
         }
         if let Some(rules) = inner.admission.get(&t.key()) {
             let causes = rules.validate(obj, old);
@@ -996,8 +996,8 @@ impl Store {
             Patch::Strategic(p) => {
                 let check = p.pointer("/metadata/resourceVersion").is_some();
                 let (group, plural) = (t.group.as_str(), t.plural.as_str());
-                crate::strategic_merge::apply(&mut next, &p, &|path: &[&str]| {
-                    crate::strategic_merge::list_rule(group, plural, path)
+                crate::storage::strategic_merge::apply(&mut next, &p, &|path: &[&str]| {
+                    crate::storage::strategic_merge::list_rule(group, plural, path)
                 })
                 .map_err(|e| ApiError::invalid(format!("strategic merge patch: {e}")))?;
                 check

@@ -2,8 +2,8 @@
 //! (`/api/v1/...`, `/apis/<group>/<version>/...`, namespaced or cluster-wide), list with label and
 //! field selectors and `limit`/`continue`, watch streams with resourceVersion semantics and
 //! bookmarks, create, replace, the four patch types, delete and deletecollection, status
-//! subresources, `pods/log` ([`crate::pod_log`]), protobuf bodies of the core types kubectl sends
-//! that way ([`crate::protobuf`]), discovery, OpenAPI v3 documents for kubectl's validation, and
+//! subresources, `pods/log` ([`crate::http::pod_log`]), protobuf bodies of the core types kubectl sends
+//! that way ([`crate::http::protobuf`]), discovery, OpenAPI v3 documents for kubectl's validation, and
 //! CRDs that make their resources served when applied. Tests reach in through [`ServerOptions`]: a
 //! middleware in front of every handler injects the configured [`Faults`] and counts requests in
 //! [`RequestStats`], and `/debug/faults` and `/debug/requests` read and change both at run time.
@@ -22,16 +22,18 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::access::Access;
+use crate::auth::access::Access;
 use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
-use crate::http::{error_response, json_response};
-use crate::query::{
+use crate::http::query::{
     DeleteQuery, ListOptions, Query, Write, WriteOptions, invalid_options, not_supported,
 };
-use crate::requests::RequestStats;
-use crate::selector::Selector;
-use crate::store::{Commit, DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent};
+use crate::http::requests::RequestStats;
+use crate::http::respond::{error_response, json_response};
+use crate::storage::selector::Selector;
+use crate::storage::store::{
+    Commit, DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent,
+};
 
 /// The patch types a real server accepts for custom resources, as it lists them in a 415.
 const PATCH_TYPES_OF_CUSTOM_RESOURCES: &str =
@@ -49,7 +51,7 @@ pub struct ServerOptions {
     pub faults: Faults,
     /// Counters of the resource requests answered.
     pub stats: RequestStats,
-    /// Authentication, and authorization when asked ([`crate::access`]).
+    /// Authentication, and authorization when asked ([`crate::auth::access`]).
     pub access: Access,
 }
 
@@ -93,12 +95,12 @@ pub fn router(store: Arc<Store>) -> Router {
 
 /// The router, injecting and counting through `options`.
 pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
-    let gate = Arc::new(crate::access::Gate {
+    let gate = Arc::new(crate::auth::access::Gate {
         store: Arc::clone(&store),
         access: options.access.clone(),
         stats: options.stats.clone(),
     });
-    let hooks = Arc::new(crate::debug::Hooks {
+    let hooks = Arc::new(crate::http::debug::Hooks {
         faults: options.faults.clone(),
         stats: options.stats.clone(),
     });
@@ -110,15 +112,15 @@ pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
         .route("/version", axum::routing::get(version))
         .route("/openapi/v3", axum::routing::get(openapi_index))
         .route("/openapi/v3/{*path}", axum::routing::get(openapi_document))
-        .merge(crate::debug::routes(Arc::clone(&hooks)))
+        .merge(crate::http::debug::routes(Arc::clone(&hooks)))
         .fallback(handle)
         .layer(axum::middleware::from_fn_with_state(
             gate,
-            crate::access::middleware,
+            crate::auth::access::middleware,
         ))
         .layer(axum::middleware::from_fn_with_state(
             hooks,
-            crate::debug::middleware,
+            crate::http::debug::middleware,
         ))
         .with_state(state)
 }
@@ -175,14 +177,14 @@ pub async fn start_with(
 }
 
 async fn openapi_index(State(server): State<Arc<ApiServer>>) -> Response {
-    json_response(200, &crate::openapi::index(&server.store))
+    json_response(200, &crate::http::openapi::index(&server.store))
 }
 
 async fn openapi_document(
     State(server): State<Arc<ApiServer>>,
     axum::extract::Path(path): axum::extract::Path<String>,
 ) -> Response {
-    match crate::openapi::document(&server.store, &path) {
+    match crate::http::openapi::document(&server.store, &path) {
         Some(doc) => json_response(200, &doc),
         None => error_response(&ApiError::not_found("OpenAPI document", &path)),
     }
@@ -229,7 +231,7 @@ async fn handle(
                 format!("{method} is not supported on {}", uri.path()),
             ));
         }
-        return crate::pod_log::serve(&server.store, ns, name, &query);
+        return crate::http::pod_log::serve(&server.store, ns, name, &query);
     }
     if let [
         "api",
@@ -249,7 +251,7 @@ async fn handle(
             ));
         }
         let answer = json_body(&headers, body).and_then(|body| {
-            crate::tokens::token_request(
+            crate::auth::tokens::token_request(
                 &server.store,
                 &server.options.access.tokens,
                 ns,
@@ -278,7 +280,7 @@ async fn handle(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let table = crate::table::wants_table(accept);
+    let table = crate::http::table::wants_table(accept);
     let result = match (&method, &target.name) {
         (&Method::GET, None) => match ListOptions::from_query(&query) {
             Ok(options) if options.watch => {
@@ -296,7 +298,7 @@ async fn handle(
                 if table {
                     (
                         200,
-                        Arc::new(crate::table::table(
+                        Arc::new(crate::http::table::table(
                             &target.t,
                             &[o],
                             server.store.resource_version(),
@@ -346,7 +348,7 @@ async fn handle(
                 after_write(&server.store, &target.t, &method, &obj);
             }
             if !table
-                && crate::protobuf::prefers_protobuf(accept)
+                && crate::http::protobuf::prefers_protobuf(accept)
                 && let Some(response) = protobuf_response(code, &obj)
             {
                 return response;
@@ -374,8 +376,8 @@ fn json_body(headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
 /// The JSON of a protobuf request body: `415` for kinds not decoded here, `400` for bytes that
 /// are not a well-formed object.
 fn protobuf_body(body: &Bytes) -> Result<Bytes, ApiError> {
-    use crate::protobuf::ProtoError;
-    match crate::protobuf::decode(body) {
+    use crate::http::protobuf::ProtoError;
+    match crate::http::protobuf::decode(body) {
         Ok(obj) => Ok(Bytes::from(obj.to_string())),
         Err(e @ ProtoError::Unsupported { .. }) => {
             Err(ApiError::new(415, "UnsupportedMediaType", e.to_string()))
@@ -390,14 +392,14 @@ fn protobuf_body(body: &Bytes) -> Result<Bytes, ApiError> {
 /// one encoded here; `None` leaves the answer to JSON, which such clients accept too.
 fn protobuf_response(code: u16, obj: &Value) -> Option<Response> {
     let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default();
-    if !crate::protobuf::supports(text("apiVersion"), text("kind")) {
+    if !crate::http::protobuf::supports(text("apiVersion"), text("kind")) {
         return None;
     }
-    match crate::protobuf::encode(obj) {
+    match crate::http::protobuf::encode(obj) {
         Ok(bytes) => Some(
             (
                 StatusCode::from_u16(code).unwrap_or(StatusCode::OK),
-                [(header::CONTENT_TYPE, crate::protobuf::MEDIA_TYPE)],
+                [(header::CONTENT_TYPE, crate::http::protobuf::MEDIA_TYPE)],
                 bytes,
             )
                 .into_response(),
@@ -417,7 +419,7 @@ fn list_as_table(t: &ResourceType, list: &Value) -> Value {
         .and_then(Value::as_str)
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
-    let mut table = crate::table::table(t, &items, rv);
+    let mut table = crate::http::table::table(t, &items, rv);
     if let Some(c) = list.pointer("/metadata/continue") {
         table["metadata"]["continue"] = c.clone();
     }
@@ -706,7 +708,7 @@ fn after_write(store: &Store, t: &ResourceType, method: &Method, obj: &Value) {
         return;
     }
     if t.plural == "customresourcedefinitions" {
-        if let Err(e) = crate::crd::established(store, obj) {
+        if let Err(e) = crate::storage::crd::established(store, obj) {
             tracing::warn!(error = %e, "could not serve the CRD's resources");
         }
     } else if t.group == "events.k8s.io" && t.plural == "events" {
@@ -754,7 +756,7 @@ fn mirror_event(store: &Store, event: &Value) {
 fn watch_line(e: &WatchEvent, table_of: Option<&ResourceType>) -> Bytes {
     match table_of {
         Some(t) => {
-            let object = crate::table::table(t, std::slice::from_ref(&*e.object), e.rv);
+            let object = crate::http::table::table(t, std::slice::from_ref(&*e.object), e.rv);
             let mut line = json!({"type": e.type_.as_str(), "object": object}).to_string();
             line.push('\n');
             Bytes::from(line)
@@ -807,7 +809,7 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
                     rv,
                     target.t.key(),
                     String::new(),
-                    crate::store::EventType::Added,
+                    crate::storage::store::EventType::Added,
                     o,
                 );
                 watch_line(&e, table_of.as_ref())

@@ -4,11 +4,11 @@
 //! as a service account there; the requester needs the `impersonate` verb on the user (or the
 //! service account, in its namespace) and on each group, as on a real cluster, which the
 //! administrator has. The groups of an impersonated service account default to its own, and
-//! every impersonated user is `system:authenticated`. Pure: [`crate::access`] runs the checks.
+//! every impersonated user is `system:authenticated`. Pure: [`crate::auth::access`] runs the checks.
 
 use axum::http::HeaderMap;
 
-use crate::rbac::{AUTHENTICATED, Attributes, ResourceAttributes, UserInfo};
+use crate::auth::rbac::{AUTHENTICATED, Attributes, ResourceAttributes, UserInfo};
 
 /// The header naming the user to act as.
 pub const USER_HEADER: &str = "impersonate-user";

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::store::{Patch, ResourceType, Store};
+use crate::storage::store::{Patch, ResourceType, Store};
 
 /// The resource type of the CRD's storage version (or first served version).
 pub fn resource_type(crd: &Value) -> Option<ResourceType> {
@@ -122,7 +122,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cel_admission::widget_crd;
+    use crate::admission::cel::widget_crd;
 
     #[test]
     fn the_store_refuses_bad_crds_and_invalid_objects_with_status_causes() {

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 
 use crate::ApiError;
-use crate::query::Query;
+use crate::http::query::Query;
 
 /// The most bytes of one run of one container kept in memory; older lines are dropped first.
 pub const RUN_LOG_BYTES: usize = 1 << 20;

@@ -12,7 +12,7 @@
 //! controller fills it in. Members of `system:masters` may do anything, and every
 //! authenticated user may read the discovery and health paths, as the bootstrap role
 //! `system:discovery` allows on a real cluster. Everything here is pure: the server's
-//! middleware ([`crate::access`]) gathers the objects and the request's attributes.
+//! middleware ([`crate::auth::access`]) gathers the objects and the request's attributes.
 //!
 //! Denials carry Kubernetes' message word for word (`pods "x" is forbidden: User "u" cannot
 //! delete resource "pods" in API group "" in the namespace "ns"`), because clients and people
@@ -323,7 +323,7 @@ impl Role {
         Ok(Role {
             name: meta_text(obj, "name"),
             namespace: meta_text(obj, "namespace"),
-            labels: crate::selector::labels(obj),
+            labels: crate::storage::selector::labels(obj),
             rules: doc.rules,
             aggregation: doc.aggregation_rule.map(|a| a.cluster_role_selectors),
         })

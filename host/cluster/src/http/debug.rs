@@ -20,9 +20,9 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, Faults};
-use crate::http::{error_response, json_response};
-use crate::requests::RequestStats;
-use crate::requests::{self, Verb};
+use crate::http::requests::RequestStats;
+use crate::http::requests::{self, Verb};
+use crate::http::respond::{error_response, json_response};
 
 /// Largest request body read before answering with an injected error.
 const MAX_DRAINED_BODY: usize = 64 << 20;

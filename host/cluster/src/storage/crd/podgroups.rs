@@ -197,7 +197,7 @@ mod tests {
             (volcano_crd(), VOLCANO_GROUP, "v1beta1"),
             (coscheduling_crd(), COSCHEDULING_GROUP, "v1alpha1"),
         ] {
-            let t = crate::crd::resource_type(&crd).expect("a served version");
+            let t = crate::storage::crd::resource_type(&crd).expect("a served version");
             assert_eq!((t.group.as_str(), t.version.as_str()), (group, version));
             assert_eq!(t.kind, "PodGroup");
             assert_eq!(t.plural, "podgroups");

@@ -3,7 +3,7 @@
 //! A request without credentials is the cluster administrator's (`system:masters`). The
 //! server speaks plain HTTP on loopback, and kubectl sends no credentials over plain HTTP
 //! whatever its kubeconfig says, so the kubeconfig written for kubectl carries none and keeps
-//! full access (kubectl acts as someone else with `--as`, see [`crate::impersonation`]).
+//! full access (kubectl acts as someone else with `--as`, see [`crate::auth::impersonation`]).
 //! Service-account tokens come from the TokenRequest subresource
 //! (`POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`, what `kubectl create token NAME -n
 //! NS` calls) or from [`Tokens::service_account`] for tests and `up`: opaque random strings
@@ -23,9 +23,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::auth::rbac::UserInfo;
 use crate::error::ApiError;
-use crate::rbac::UserInfo;
-use crate::store::Store;
+use crate::storage::store::Store;
 
 /// The administrator's user name.
 pub const ADMIN: &str = "embedded-admin";
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn no_credentials_are_the_admin() {
         let admin = Tokens::new().authenticate(&HeaderMap::new()).unwrap();
-        assert!(admin.in_group(crate::rbac::MASTERS));
+        assert!(admin.in_group(crate::auth::rbac::MASTERS));
         assert_eq!(admin.name, ADMIN);
     }
 
