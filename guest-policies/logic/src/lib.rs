@@ -8,12 +8,14 @@ pub mod classify;
 pub mod classify_settings;
 pub mod context;
 pub mod decorate;
+pub mod duration;
 pub mod json;
 pub mod names;
 pub mod ordered;
 pub mod quantity;
 pub mod resources;
 pub mod settings;
+pub mod text;
 pub mod verdict;
 
 /// The replica container whose exit code decides `ExitCode` restarts.

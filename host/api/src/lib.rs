@@ -13,7 +13,6 @@ pub mod crd;
 pub mod labels;
 pub mod parse;
 pub mod replica_type;
-pub mod text;
 pub mod types;
 pub mod validation;
 

@@ -149,7 +149,7 @@ impl Context {
                 EventType::Warning => KubeEventType::Warning,
             },
             reason: event.reason.clone(),
-            note: Some(tfjob_api::text::elided(&event.message, 1024)),
+            note: Some(tfjob_policy_logic::text::elided(&event.message, 1024)),
             action: "Reconcile".into(),
             secondary: event.related.as_ref().map(|(kind, name)| ObjectReference {
                 api_version: Some("v1".into()),

@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
-use tfjob_api::text;
+use tfjob_policy_logic::text;
 use tfjob_policy_engine::bindings::{FailureKind, Phase, PolicyError, Verdict};
 use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::engine::{MAX_GUEST_TEXT, guest_error};

@@ -555,7 +555,7 @@ const MAX_SHOWN: usize = 300;
 const MAX_MISMATCHES_SHOWN: usize = 50;
 
 fn elided_json(v: &Value) -> String {
-    tfjob_api::text::elided(&v.to_string(), MAX_SHOWN)
+    tfjob_policy_logic::text::elided(&v.to_string(), MAX_SHOWN)
 }
 
 fn shown(v: &Option<Value>) -> String {
@@ -579,11 +579,11 @@ pub fn diff_text(mismatches: &[Mismatch]) -> String {
             Mismatch::Outcome { expected, actual } => {
                 out.push_str(&format!(
                     "- {}\n",
-                    tfjob_api::text::elided(expected, MAX_SHOWN * 4)
+                    tfjob_policy_logic::text::elided(expected, MAX_SHOWN * 4)
                 ));
                 out.push_str(&format!(
                     "+ {}\n",
-                    tfjob_api::text::elided(actual, MAX_SHOWN * 4)
+                    tfjob_policy_logic::text::elided(actual, MAX_SHOWN * 4)
                 ));
             }
         }
@@ -792,7 +792,7 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Suite, SuiteError> {
     .map_err(|e| {
         let field = match e.path().to_string() {
             f if f.is_empty() || f == "?" => ".".to_owned(),
-            f => tfjob_api::text::elided(&f, 200),
+            f => tfjob_policy_logic::text::elided(&f, 200),
         };
         // The parser's own text may start with the path too.
         let message = e.into_inner().to_string();
@@ -1568,7 +1568,9 @@ pub fn junit(report: &Report) -> String {
             continue;
         }
         let summary = match c.mismatches.as_slice() {
-            [Mismatch::Outcome { actual, .. }] => tfjob_api::text::elided(actual, MAX_SHOWN),
+            [Mismatch::Outcome { actual, .. }] => {
+                tfjob_policy_logic::text::elided(actual, MAX_SHOWN)
+            }
             ms => format!("{} difference(s) from the expectation", ms.len()),
         };
         out.push_str(&format!(

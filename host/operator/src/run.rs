@@ -242,7 +242,7 @@ pub struct LeaderElectionArgs {
 
 /// A Go duration, as controller-runtime's flags take them.
 fn go_duration(value: &str) -> Result<std::time::Duration, String> {
-    tfjob_policy_logic::classify_settings::parse_go_duration(value)
+    tfjob_policy_logic::duration::parse_go(value)
 }
 
 /// A listen address, or none.

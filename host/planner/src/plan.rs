@@ -1207,7 +1207,7 @@ fn verdict_detail(pod: &Pod, verdict: &Verdict) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     if message.len() > MAX_DETAIL {
-        tfjob_api::text::truncate(&mut message, MAX_DETAIL);
+        tfjob_policy_logic::text::truncate(&mut message, MAX_DETAIL);
         message.push('…');
     }
     format!(

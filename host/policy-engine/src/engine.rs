@@ -17,7 +17,7 @@ use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
 };
 
-use tfjob_api::text;
+use tfjob_policy_logic::text;
 
 use crate::bindings::{self, classify, decorate, resources, settings, v0_1};
 use crate::clock::WaitPastDeadline;

@@ -10,9 +10,9 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use serde_json::Value;
-use tfjob_api::text;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_planner::{PodContext, Verdict};
+use tfjob_policy_logic::text;
 
 use crate::bindings::{self, JobContext};
 use crate::engine::PolicyEngine;

@@ -24,11 +24,11 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use tfjob_api::text;
 use tfjob_planner::native::NativePolicies;
 use tfjob_planner::{
     Classified, PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict,
 };
+use tfjob_policy_logic::text;
 
 use crate::bindings;
 use crate::breaker::Breakers;

@@ -569,7 +569,7 @@ impl PolicySync {
             event_time: Some(MicroTime(now)),
             action: Some(action.into()),
             reason: Some(reason.into()),
-            note: Some(tfjob_api::text::prefix(note, 1024).to_owned()),
+            note: Some(tfjob_policy_logic::text::prefix(note, 1024).to_owned()),
             type_: Some(type_.into()),
             regarding: Some(cm.object_ref(&())),
             reporting_controller: Some(REPORTING_CONTROLLER.into()),

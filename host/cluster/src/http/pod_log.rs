@@ -213,13 +213,7 @@ fn follow(run: Arc<RunLog>, first: String, options: &LogOptions) -> Body {
             if !lines.is_empty() {
                 let mut chunk: String =
                     lines.iter().map(|l| format_line(l, s.timestamps)).collect();
-                if chunk.len() > s.budget {
-                    let mut end = s.budget;
-                    while !chunk.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    chunk.truncate(end);
-                }
+                tfjob_policy_logic::text::truncate(&mut chunk, s.budget);
                 s.budget -= chunk.len();
                 return Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), s));
             }

@@ -88,13 +88,8 @@ impl RunningServer {
     }
 }
 
-/// The router with no faults; `serve` binds it.
-pub fn router(store: Arc<Store>) -> Router {
-    router_with(store, ServerOptions::default())
-}
-
 /// The router, injecting and counting through `options`.
-pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
+pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
     let gate = Arc::new(crate::auth::access::Gate {
         store: Arc::clone(&store),
         access: options.access.clone(),
@@ -125,23 +120,14 @@ pub fn router_with(store: Arc<Store>, options: ServerOptions) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
-pub async fn serve(
-    store: Arc<Store>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_with(store, listener, ServerOptions::default(), shutdown).await
-}
-
 /// Serves the API on `listener` with `options` until `shutdown` resolves.
-pub async fn serve_with(
+pub async fn serve(
     store: Arc<Store>,
     listener: tokio::net::TcpListener,
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router_with(store, options))
+    axum::serve(listener, router(store, options))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -165,7 +151,7 @@ pub async fn start_with(
     let addr = listener.local_addr()?;
     let serving = options.clone();
     let handle = tokio::spawn(async move {
-        if let Err(e) = serve_with(store, listener, serving, std::future::pending()).await {
+        if let Err(e) = serve(store, listener, serving, std::future::pending()).await {
             tracing::error!(error = %e, "API server stopped");
         }
     });

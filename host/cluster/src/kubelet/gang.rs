@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tfjob_policy_logic::duration::format_go;
+
 use serde_json::{Map, Value, json};
 
 use super::schedule::{self, NodeView, Resources};
@@ -455,35 +457,8 @@ fn coscheduling_message(
 pub fn timeout_message(timeout: Duration) -> String {
     format!(
         "rejected due to timeout after waiting {} at plugin {COSCHEDULING_PLUGIN}",
-        go_duration(timeout)
+        format_go(timeout)
     )
-}
-
-/// A duration as Go's `time.Duration` prints it: `500ms`, `10s`, `1.5s`, `1m30s`, `1h0m0s`.
-pub fn go_duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis == 0 {
-        return "0s".into();
-    }
-    if millis < 1000 {
-        return format!("{millis}ms");
-    }
-    let secs = d.as_secs();
-    let frac = d.subsec_millis();
-    let seconds = if frac == 0 {
-        format!("{}s", secs % 60)
-    } else {
-        let mut f = format!("{frac:03}");
-        while f.ends_with('0') {
-            f.pop();
-        }
-        format!("{}.{f}s", secs % 60)
-    };
-    match (secs / 3600, secs / 60 % 60) {
-        (0, 0) => seconds,
-        (0, m) => format!("{m}m{seconds}"),
-        (h, m) => format!("{h}h{m}m{seconds}"),
-    }
 }
 
 fn phase_of(status: Option<&Value>) -> &str {
@@ -1012,7 +987,7 @@ mod tests {
 
     #[test]
     fn durations_print_as_go_does() {
-        let d = |ms: u64| go_duration(Duration::from_millis(ms));
+        let d = |ms: u64| format_go(Duration::from_millis(ms));
         assert_eq!(d(0), "0s");
         assert_eq!(d(500), "500ms");
         assert_eq!(d(10_000), "10s");

@@ -155,11 +155,7 @@ pub fn parse(raw: &str) -> (LogScript, Vec<String>) {
         problems.push(format!(
             "annotation {LOG}: text is longer than {MAX_TEMPLATE_BYTES} bytes; cut"
         ));
-        let mut end = MAX_TEMPLATE_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        tfjob_policy_logic::text::truncate(&mut text, MAX_TEMPLATE_BYTES);
     }
     let mut lines = lines.unwrap_or(if every.is_some() { MAX_LINES } else { 1 });
     let at_once = u32::try_from(MAX_LITERAL_LINES).unwrap_or(u32::MAX);

@@ -70,7 +70,7 @@ impl RunLog {
     /// Appends a line, dropping the oldest ones beyond [`RUN_LOG_BYTES`]. Nothing is written
     /// once the run is closed.
     pub fn push(&self, at: Timestamp, text: &str) {
-        let text = cut(text, MAX_LINE_BYTES);
+        let text = tfjob_policy_logic::text::prefix(text, MAX_LINE_BYTES);
         {
             let mut s = self.lock();
             if s.closed {
@@ -129,18 +129,6 @@ impl RunLog {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
     }
-}
-
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Which runs of one container are kept: the previous (if any) and the current.
@@ -372,7 +360,7 @@ pub fn render(lines: &[LogLine], options: &LogOptions, now: Timestamp) -> String
     }
     if let Some(limit) = options.limit_bytes {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        out.truncate(cut(&out, limit).len());
+        out.truncate(tfjob_policy_logic::text::prefix(&out, limit).len());
     }
     out
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use tfjob_policy_logic::quantity::Quantity;
 
 /// Amounts per resource name, in thousandths of the unit (millicores for cpu), so `500m` and
 /// `0.5` are exact and memory in bytes still fits comfortably in an `i128`.
@@ -16,55 +17,14 @@ pub type Resources = BTreeMap<String, i128>;
 pub const GPU: &str = "nvidia.com/gpu";
 
 /// A Kubernetes quantity (`500m`, `2`, `1.5`, `1Gi`, `64M`, `1e3`) in thousandths, rounded up
-/// as the API server does for milli-values. `None` when malformed or negative.
+/// as the API server does for milli-values. `None` when malformed or negative. Parsed by the
+/// workspace's one quantity parser ([`Quantity`]).
 pub fn parse_quantity(s: &str) -> Option<i128> {
-    let s = s.trim();
-    let number_len = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(number_len);
-    let number = number.strip_prefix('+').unwrap_or(number);
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    if int.is_empty() && frac.is_empty()
-        || !(int.chars().all(|c| c.is_ascii_digit()) && frac.chars().all(|c| c.is_ascii_digit()))
-    {
-        return None;
-    }
-    // value = digits / 10^frac.len() * num / den
-    let digits: i128 = format!("{int}{frac}").parse().ok()?;
-    let mut den: i128 = 10i128.checked_pow(u32::try_from(frac.len()).ok()?)?;
-    let mut num: i128 = 1000;
-    let binary = |p: u32| 1024i128.pow(p);
-    let decimal = |p: u32| 10i128.pow(p);
-    match suffix {
-        "" => {}
-        "n" => den *= decimal(9),
-        "u" => den *= decimal(6),
-        "m" => den *= decimal(3),
-        "k" => num *= decimal(3),
-        "M" => num *= decimal(6),
-        "G" => num *= decimal(9),
-        "T" => num *= decimal(12),
-        "P" => num *= decimal(15),
-        "E" => num *= decimal(18),
-        "Ki" => num *= binary(1),
-        "Mi" => num *= binary(2),
-        "Gi" => num *= binary(3),
-        "Ti" => num *= binary(4),
-        "Pi" => num *= binary(5),
-        "Ei" => num *= binary(6),
-        e => {
-            let exp: i32 = e.strip_prefix(['e', 'E'])?.parse().ok()?;
-            if exp >= 0 {
-                num = num.checked_mul(10i128.checked_pow(exp.unsigned_abs())?)?;
-            } else {
-                den = den.checked_mul(10i128.checked_pow(exp.unsigned_abs())?)?;
-            }
-        }
-    }
-    let total = digits.checked_mul(num)?;
-    Some((total + den - 1) / den)
+    let nanos = Quantity::parse(s.trim()).ok()?.nanos();
+    (nanos >= 0).then(|| (nanos + NANOS_PER_MILLI - 1) / NANOS_PER_MILLI)
 }
+
+const NANOS_PER_MILLI: i128 = 1_000_000;
 
 /// Renders thousandths back as a quantity, for node capacity.
 pub fn format_quantity(milli: i128) -> String {

@@ -177,42 +177,10 @@ pub fn pick(raw: &str, index: Option<u32>) -> Result<Option<&str>, String> {
         .copied())
 }
 
-/// A Go-style duration: a sequence of decimal numbers with units `h`, `m`, `s`, `ms`, `us`
-/// (or `µs`) and `ns`, e.g. `1m30s`, `1.5s`, `500ms`; `0` alone is zero.
+/// A Go duration (`1m30s`, `1.5s`, `500ms`, `0`), spaces around it allowed, as the workspace's
+/// one parser reads it ([`tfjob_policy_logic::duration::parse_go`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut rest = s;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
-        let number: f64 = rest[..number_len]
-            .parse()
-            .map_err(|_| format!("invalid number in duration {s:?}"))?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            u => return Err(format!("unknown unit {u:?} in duration {s:?}")),
-        };
-        total += number * seconds;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("duration {s:?}: {e}"))
+    tfjob_policy_logic::duration::parse_go(s.trim())
 }
 
 fn parse_exit_code(s: &str) -> Result<i32, String> {
