@@ -42,7 +42,7 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::storage::crd::podgroups;
-use crate::storage::store::{EventType, Patch, ResourceType, Store, WatchEvent};
+use crate::storage::store::{EventType, Part, Patch, ResourceType, Store, WatchEvent};
 use gang::{Decision, Family, GroupSpec, Members, Scheduling};
 use log_script::{LogEvent, LogScript};
 use schedule::{GPU, NodeView, Resources};
@@ -1305,7 +1305,7 @@ impl Kubelet {
             });
             match self
                 .store
-                .replace(&self.pods_t, Some(&ns), &name, body, true)
+                .replace(&self.pods_t, Some(&ns), &name, body, Part::Status)
             {
                 Ok(written) => {
                     self.account(&written);
@@ -1729,7 +1729,7 @@ impl Kubelet {
             });
             match self
                 .store
-                .replace(&groups_t, Some(&key.0), &key.1, body, true)
+                .replace(&groups_t, Some(&key.0), &key.1, body, Part::Status)
             {
                 Ok(written) => {
                     self.on_group(written);
@@ -1768,7 +1768,7 @@ impl Kubelet {
             Some(meta(pod, "namespace")),
             meta(pod, "name"),
             Patch::Merge(json!({"spec": {"nodeName": node}})),
-            false,
+            Part::Whole,
         )
     }
 }
@@ -1838,7 +1838,7 @@ mod tests {
             let mut done = (*current).clone();
             done["status"]["phase"] = json!("Succeeded");
             store
-                .replace(&pods_t, Some("ns"), name, done, true)
+                .replace(&pods_t, Some("ns"), name, done, Part::Status)
                 .unwrap();
             drain(&mut k, &mut rx);
             assert_eq!(k.usage, recount(&k), "after {name} finished");

@@ -25,4 +25,4 @@ pub mod kubelet;
 pub mod storage;
 
 pub use error::ApiError;
-pub use storage::store::{ResourceType, Store};
+pub use storage::store::{Part, ResourceType, Store};

@@ -9,6 +9,7 @@
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use tfjob_cluster::Part;
 
 use serde_json::{Value, json};
 use tfjob_cluster::kubelet::gang::{GROUP_NAME_ANNOTATION, POD_GROUP_LABEL};
@@ -214,7 +215,7 @@ async fn a_volcano_group_waits_whole_until_min_member_is_lowered() {
             Some(NS),
             "mnist",
             Patch::Merge(json!({"spec": {"minMember": 2}})),
-            false,
+            Part::Whole,
         )
         .unwrap();
     for i in 0..2 {

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tfjob_cluster::Part;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Deserialize;
@@ -180,7 +181,7 @@ fn main() {
         value["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         let started = Instant::now();
         store
-            .replace(&configmaps, Some(POLICY_NS), &name, value, false)
+            .replace(&configmaps, Some(POLICY_NS), &name, value, Part::Whole)
             .unwrap();
         let (mut active, mut decided) = (None, None);
         while active.is_none() || decided.is_none() {

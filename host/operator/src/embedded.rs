@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tfjob_cluster::Part;
 
 use serde::Deserialize as _;
 
@@ -400,7 +401,7 @@ impl EmbeddedCluster {
                     replacement["metadata"]["resourceVersion"] =
                         existing["metadata"]["resourceVersion"].clone();
                     self.store
-                        .replace(&t, ns.as_deref(), &name, replacement, false)
+                        .replace(&t, ns.as_deref(), &name, replacement, Part::Whole)
                         .map_err(api_error)?;
                 }
                 Err(e) => return Err(api_error(e)),

@@ -32,7 +32,7 @@ use crate::http::requests::RequestStats;
 use crate::http::respond::{error_response, json_response};
 use crate::storage::selector::Selector;
 use crate::storage::store::{
-    Commit, DeleteOptions, Patch, Propagation, ResourceType, Store, WatchEvent,
+    Commit, DeleteOptions, Part, Patch, Propagation, ResourceType, Store, WatchEvent,
 };
 
 /// The patch types a real server accepts for custom resources, as it lists them in a 415.
@@ -192,7 +192,8 @@ struct Target {
     t: ResourceType,
     namespace: Option<String>,
     name: Option<String>,
-    status: bool,
+    /// The object, or its `status` subresource.
+    part: Part,
 }
 
 async fn handle(
@@ -304,7 +305,7 @@ async fn handle(
                     target.namespace.as_deref(),
                     name,
                     b,
-                    target.status,
+                    target.part,
                     commit,
                 )
             })
@@ -429,24 +430,24 @@ fn resolve(store: &Store, segments: &[&str]) -> Result<Target, ApiError> {
         }
         _ => (None, rest.to_vec()),
     };
-    let (plural, name, status) = match rest.as_slice() {
-        [plural] => (*plural, None, false),
-        [plural, name] => (*plural, Some((*name).to_owned()), false),
-        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
+    let (plural, name, part) = match rest.as_slice() {
+        [plural] => (*plural, None, Part::Whole),
+        [plural, name] => (*plural, Some((*name).to_owned()), Part::Whole),
+        [plural, name, "status"] => (*plural, Some((*name).to_owned()), Part::Status),
         _ => return Err(ApiError::not_found("path", &segments.join("/"))),
     };
     let t = store
         .resource(group, plural)
         .filter(|t| t.version == version)
         .ok_or_else(|| ApiError::not_found("resource", &format!("{group}/{version}/{plural}")))?;
-    if status && !t.status {
+    if part == Part::Status && !t.status {
         return Err(ApiError::not_found("subresource", "status"));
     }
     Ok(Target {
         t,
         namespace,
         name,
-        status,
+        part,
     })
 }
 
@@ -581,7 +582,7 @@ fn patch(
             target.namespace.as_deref(),
             name,
             patch,
-            target.status,
+            target.part,
             commit_of(&options),
         )
         .map(|o| (200, o))
@@ -730,7 +731,7 @@ fn mirror_event(store: &Store, event: &Value) {
     let result = match store.get(&core, ns, name) {
         Ok(existing) => {
             mirrored["metadata"] = existing["metadata"].clone();
-            store.replace(&core, ns, name, mirrored, false)
+            store.replace(&core, ns, name, mirrored, Part::Whole)
         }
         Err(_) => store.create(&core, ns, mirrored),
     };

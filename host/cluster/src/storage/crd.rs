@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::storage::store::{Patch, ResourceType, Store};
+use crate::storage::store::{Part, Patch, ResourceType, Store};
 
 /// The resource type of the CRD's storage version (or first served version).
 pub fn resource_type(crd: &Value) -> Option<ResourceType> {
@@ -80,7 +80,7 @@ pub fn install(store: &Store, crd: Value) -> Result<Value, ApiError> {
             None,
             &name,
             Patch::Merge(json!({"spec": crd["spec"]})),
-            false,
+            Part::Whole,
         )?,
         Err(e) => return Err(e),
     };
@@ -112,7 +112,7 @@ pub fn established(store: &Store, crd: &Value) -> Result<Value, ApiError> {
             None,
             name,
             Patch::Merge(json!({"status": established_status(crd)})),
-            true,
+            Part::Status,
         )
         .map(Arc::unwrap_or_clone)
 }
@@ -177,7 +177,7 @@ mod tests {
             Some("default"),
             "w",
             Patch::Merge(json!({"spec": {"field": {"replicas": 7}}})),
-            false,
+            Part::Whole,
         );
         assert_eq!(patched.expect_err("patches are admitted too").code, 422);
     }

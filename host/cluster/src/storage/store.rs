@@ -324,11 +324,28 @@ pub enum Commit {
     DryRun,
 }
 
+/// The part of an object an update writes: the whole object (its status kept as stored, for
+/// types with a status subresource), or only its status (the `status` subresource).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Whole,
+    Status,
+}
+
+/// Whether an update must name the stored resourceVersion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Precondition {
+    /// Refuse a body whose resourceVersion is set and not the stored one (`PUT`, and patches
+    /// that carry one).
+    ResourceVersion,
+    /// Apply to whatever is stored (patches without a resourceVersion).
+    None,
+}
+
 /// How an update is checked and committed.
 #[derive(Clone, Copy, Debug)]
 struct Check {
-    /// Refuse a body whose resourceVersion is not the stored one.
-    resource_version: bool,
+    precondition: Precondition,
     commit: Commit,
 }
 
@@ -365,7 +382,15 @@ const SERVICES: &str = "/services";
 /// Changes kept for watches that resume from an older resourceVersion.
 const HISTORY: usize = 50_000;
 
-type Key = (String, String, String);
+/// Where an object is stored. Ordered by type first, so one type's objects are one range.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    /// [`ResourceType::key`].
+    resource: String,
+    /// Empty for cluster-scoped objects.
+    namespace: String,
+    name: String,
+}
 
 struct Inner {
     rv: u64,
@@ -393,7 +418,7 @@ impl Inner {
     /// Stores `obj` under `key`, replacing what was there, and indexes it.
     fn put(&mut self, key: Key, obj: Arc<Value>) {
         self.unindex(&key);
-        if key.0 == SERVICES {
+        if key.resource == SERVICES {
             self.allocations.hold(&obj);
         }
         if let Some(uid) = meta(&obj, "uid") {
@@ -418,7 +443,7 @@ impl Inner {
         let Some(old) = self.objects.get(key) else {
             return;
         };
-        if key.0 == SERVICES {
+        if key.resource == SERVICES {
             self.allocations.release(old);
         }
         if let Some(uid) = meta(old, "uid")
@@ -594,7 +619,11 @@ impl Store {
         } else {
             ""
         };
-        (t.key(), ns.to_owned(), name.to_owned())
+        Key {
+            resource: t.key(),
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+        }
     }
 
     /// Admission of a create (`old` none) or update: a CRD's rules must compile, an object
@@ -675,7 +704,7 @@ impl Store {
         defaults::on_write(t.kind_of(), &mut obj);
         defaults::on_create(t.kind_of(), &mut obj);
         Self::validate(&inner, t, &obj, None)?;
-        if key.0 == SERVICES {
+        if key.resource == SERVICES {
             Self::allocate(&mut inner, t, &name, &mut obj)?;
             if commit == Commit::DryRun {
                 inner.allocations.release(&obj);
@@ -686,7 +715,7 @@ impl Store {
         let m = meta_mut(&mut obj);
         m.insert("name".into(), json!(name));
         if t.namespaced {
-            m.insert("namespace".into(), json!(key.1));
+            m.insert("namespace".into(), json!(key.namespace));
         } else {
             m.remove("namespace");
         }
@@ -703,13 +732,23 @@ impl Store {
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let obj = Arc::new(obj);
         inner.put(key.clone(), Arc::clone(&obj));
-        self.record(&mut inner, t, &key.1, EventType::Added, Arc::clone(&obj));
+        self.record(
+            &mut inner,
+            t,
+            &key.namespace,
+            EventType::Added,
+            Arc::clone(&obj),
+        );
         // The garbage collector's rule for a dependent whose owners are all gone already (a
         // controller acting on a stale cache created it after the owner's deletion): it is
         // collected at once, so nothing outlives its owner.
         // An owner in foreground deletion does not count: it waits for its dependents to go.
         let owners: Vec<&Value> = owner_references(&obj).collect();
-        if !owners.is_empty() && owners.iter().all(|r| !owner_standing(&inner, &key.1, r)) {
+        if !owners.is_empty()
+            && owners
+                .iter()
+                .all(|r| !owner_standing(&inner, &key.namespace, r))
+        {
             // Removing it also lets an owner waiting in foreground deletion go.
             self.delete_locked(&mut inner, &key, Arc::clone(&obj), Propagation::Background);
         }
@@ -798,25 +837,29 @@ impl Store {
     ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
         let tk = t.key();
         let namespaced = t.namespaced;
-        let start = (tk.clone(), String::new(), String::new());
+        let start = Key {
+            resource: tk.clone(),
+            namespace: String::new(),
+            name: String::new(),
+        };
         inner
             .objects
             .range(start..)
-            .take_while(move |((k, _, _), _)| *k == tk)
-            .filter(move |((_, n, _), _)| ns.is_none() || !namespaced || ns == Some(n.as_str()))
+            .take_while(move |(k, _)| k.resource == tk)
+            .filter(move |(k, _)| ns.is_none() || !namespaced || ns == Some(k.namespace.as_str()))
             .map(|(_, v)| v)
     }
 
-    /// Replaces an object (`PUT`), or only its status when `status_only`.
+    /// Replaces an object (`PUT`), or only its status.
     pub fn replace(
         &self,
         t: &ResourceType,
         ns: Option<&str>,
         name: &str,
         body: Value,
-        status_only: bool,
+        part: Part,
     ) -> Result<Arc<Value>, ApiError> {
-        self.replace_with(t, ns, name, body, status_only, Commit::Store)
+        self.replace_with(t, ns, name, body, part, Commit::Store)
     }
 
     /// Replaces an object, or with [`Commit::DryRun`] answers with what it would store.
@@ -826,15 +869,15 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         body: Value,
-        status_only: bool,
+        part: Part,
         commit: Commit,
     ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         let check = Check {
-            resource_version: true,
+            precondition: Precondition::ResourceVersion,
             commit,
         };
-        self.replace_locked(&mut inner, t, ns, name, body, status_only, check)
+        self.replace_locked(&mut inner, t, ns, name, body, part, check)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -845,10 +888,9 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         body: Value,
-        status_only: bool,
+        part: Part,
         check: Check,
     ) -> Result<Arc<Value>, ApiError> {
-        let check_rv = check.resource_version;
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -866,7 +908,7 @@ impl Store {
             )));
         }
         let current_rv = meta(&current, "resourceVersion").unwrap_or_default();
-        if check_rv
+        if check.precondition == Precondition::ResourceVersion
             && let Some(rv) = meta(&body, "resourceVersion").filter(|rv| !rv.is_empty())
             && rv != current_rv
         {
@@ -875,7 +917,7 @@ impl Store {
                 t.plural
             )));
         }
-        let mut next = if status_only {
+        let mut next = if part == Part::Status {
             let mut next = (*current).clone();
             next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
             next
@@ -893,7 +935,7 @@ impl Store {
             }
             next
         };
-        if !status_only {
+        if part == Part::Whole {
             defaults::keep_allocations(t.kind_of(), &current, &mut next);
             defaults::on_write(t.kind_of(), &mut next);
             Self::validate(inner, t, &next, Some(&current))?;
@@ -903,7 +945,7 @@ impl Store {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let bump = !status_only && spec_part(&current) != spec_part(&next);
+        let bump = part == Part::Whole && spec_part(&current) != spec_part(&next);
         {
             let m = meta_mut(&mut next);
             for field in [
@@ -939,7 +981,13 @@ impl Store {
         meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
         let next = Arc::new(next);
         inner.put(key.clone(), Arc::clone(&next));
-        self.record(inner, t, &key.1, EventType::Modified, Arc::clone(&next));
+        self.record(
+            inner,
+            t,
+            &key.namespace,
+            EventType::Modified,
+            Arc::clone(&next),
+        );
         // A dependent that no longer blocks (or names) an owner in foreground deletion may be
         // the last thing the owner waited for.
         if current.pointer("/metadata/ownerReferences") != next.pointer("/metadata/ownerReferences")
@@ -960,9 +1008,9 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         patch: Patch,
-        status_only: bool,
+        part: Part,
     ) -> Result<Arc<Value>, ApiError> {
-        self.patch_with(t, ns, name, patch, status_only, Commit::Store)
+        self.patch_with(t, ns, name, patch, part, Commit::Store)
     }
 
     /// Patches an object, or with [`Commit::DryRun`] answers with what it would store.
@@ -972,7 +1020,7 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         patch: Patch,
-        status_only: bool,
+        part: Part,
         commit: Commit,
     ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
@@ -987,14 +1035,18 @@ impl Store {
             return Err(ApiError::not_found(&t.plural, name));
         };
         let mut next = (*current).clone();
-        let check_rv = match patch {
+        let names_version = |p: &Value| match p.pointer("/metadata/resourceVersion") {
+            Some(_) => Precondition::ResourceVersion,
+            None => Precondition::None,
+        };
+        let precondition = match patch {
             Patch::Merge(p) => {
-                let check = p.pointer("/metadata/resourceVersion").is_some();
+                let check = names_version(&p);
                 json_patch::merge(&mut next, &p);
                 check
             }
             Patch::Strategic(p) => {
-                let check = p.pointer("/metadata/resourceVersion").is_some();
+                let check = names_version(&p);
                 let (group, plural) = (t.group.as_str(), t.plural.as_str());
                 crate::storage::strategic_merge::apply(&mut next, &p, &|path: &[&str]| {
                     crate::storage::strategic_merge::list_rule(group, plural, path)
@@ -1005,19 +1057,19 @@ impl Store {
             Patch::Json(p) => {
                 json_patch::patch(&mut next, &p)
                     .map_err(|e| ApiError::invalid(format!("json patch: {e}")))?;
-                false
+                Precondition::None
             }
             Patch::Apply { body, manager } => {
                 json_patch::merge(&mut next, &body);
                 next = with_manager(next, &manager, &body);
-                false
+                Precondition::None
             }
         };
         let check = Check {
-            resource_version: check_rv,
+            precondition,
             commit,
         };
-        self.replace_locked(&mut inner, t, ns, name, next, status_only, check)
+        self.replace_locked(&mut inner, t, ns, name, next, part, check)
     }
 
     /// Deletes an object as a real API server and its garbage collector do together: at once,
@@ -1123,11 +1175,11 @@ impl Store {
 
     /// Stores a changed object and tells the watchers.
     fn store_modified(&self, inner: &mut Inner, key: &Key, obj: Arc<Value>) {
-        let Some(t) = inner.types.get(&key.0).cloned() else {
+        let Some(t) = inner.types.get(&key.resource).cloned() else {
             return;
         };
         inner.put(key.clone(), Arc::clone(&obj));
-        self.record(inner, &t, &key.1, EventType::Modified, obj);
+        self.record(inner, &t, &key.namespace, EventType::Modified, obj);
     }
 
     /// Removes an object now (its last state is `last`), garbage-collects its dependents in
@@ -1138,8 +1190,14 @@ impl Store {
         meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
         inner.take(key);
         let last = Arc::new(last);
-        if let Some(t) = inner.types.get(&key.0).cloned() {
-            self.record(inner, &t, &key.1, EventType::Deleted, Arc::clone(&last));
+        if let Some(t) = inner.types.get(&key.resource).cloned() {
+            self.record(
+                inner,
+                &t,
+                &key.namespace,
+                EventType::Deleted,
+                Arc::clone(&last),
+            );
         }
         let uid = meta(&last, "uid").unwrap_or_default();
         for dependent in dependents(inner, &uid) {
@@ -1276,7 +1334,7 @@ impl Store {
             inner
                 .objects
                 .iter()
-                .map(|((t, _, _), v)| (t.clone(), (**v).clone()))
+                .map(|(k, v)| (k.resource.clone(), (**v).clone()))
                 .collect(),
         )
     }
@@ -1338,10 +1396,9 @@ fn owner_standing(inner: &Inner, namespace: &str, reference: &Value) -> bool {
         .values()
         .filter(|t| t.kind == kind && t.api_version() == api_version)
         .any(|t| {
-            let ns = if t.namespaced { namespace } else { "" };
             inner
                 .objects
-                .get(&(t.key(), ns.to_owned(), name.to_owned()))
+                .get(&Store::key(t, Some(namespace), name))
                 .is_some_and(|o| {
                     o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
                         && !(o.pointer("/metadata/deletionTimestamp").is_some()
@@ -1516,7 +1573,7 @@ mod tests {
         let mut changed = (*a).clone();
         changed["metadata"]["labels"] = json!({"x": "1"});
         let would = s
-            .replace_with(&t, Some("ns"), "a", changed, false, Commit::DryRun)
+            .replace_with(&t, Some("ns"), "a", changed, Part::Whole, Commit::DryRun)
             .unwrap();
         assert_eq!(would["metadata"]["labels"]["x"], "1");
         let would = s
@@ -1525,7 +1582,7 @@ mod tests {
                 Some("ns"),
                 "a",
                 Patch::Merge(json!({"metadata": {"labels": {"y": "2"}}})),
-                false,
+                Part::Whole,
                 Commit::DryRun,
             )
             .unwrap();
@@ -1557,7 +1614,9 @@ mod tests {
         let mut status = (*p).clone();
         status["status"] = json!({"phase": "Running"});
         status["spec"]["containers"][0]["image"] = json!("ignored");
-        let after = s.replace(&t, Some("ns"), "a", status, true).unwrap();
+        let after = s
+            .replace(&t, Some("ns"), "a", status, Part::Status)
+            .unwrap();
         assert_eq!(after["status"]["phase"], "Running");
         assert_eq!(
             after["spec"]["containers"][0]["image"], "i",
@@ -1568,14 +1627,14 @@ mod tests {
         let mut update = (*p).clone();
         update["spec"]["containers"][0]["image"] = json!("j");
         assert_eq!(
-            s.replace(&t, Some("ns"), "a", update.clone(), false)
+            s.replace(&t, Some("ns"), "a", update.clone(), Part::Whole)
                 .unwrap_err()
                 .reason,
             "Conflict"
         );
         update["metadata"]["resourceVersion"] = after["metadata"]["resourceVersion"].clone();
         update["status"] = json!({"phase": "Failed"});
-        let updated = s.replace(&t, Some("ns"), "a", update, false).unwrap();
+        let updated = s.replace(&t, Some("ns"), "a", update, Part::Whole).unwrap();
         assert_eq!(
             updated["metadata"]["generation"], 2,
             "spec change bumps generation"
@@ -1613,7 +1672,7 @@ mod tests {
             Some("ns"),
             "owner",
             Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            false,
+            Part::Whole,
         )
         .unwrap();
         assert_eq!(s.get(&cm, Some("ns"), "owner").unwrap_err().code, 404);
@@ -1711,7 +1770,7 @@ mod tests {
             Some("ns"),
             "held",
             Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            false,
+            Part::Whole,
         )
         .unwrap();
         assert!(!exists(&s, "pods", "held"));
@@ -1740,7 +1799,7 @@ mod tests {
                     "path": "/metadata/ownerReferences/0/blockOwnerDeletion", "value": false}]))
                 .unwrap(),
             ),
-            false,
+            Part::Whole,
         )
         .unwrap();
         assert!(!exists(&s, "configmaps", "owner"));
@@ -1781,7 +1840,7 @@ mod tests {
         let mut p1 = (*s.get(&t, Some("ns"), "p1").unwrap()).clone();
         p1["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
             "name": "b", "uid": b["metadata"]["uid"]}]);
-        s.replace(&t, Some("ns"), "p1", p1, false).unwrap();
+        s.replace(&t, Some("ns"), "p1", p1, Part::Whole).unwrap();
         assert_indexes_match_a_scan(&s);
         // Owners removed by patch.
         s.patch(
@@ -1789,7 +1848,7 @@ mod tests {
             Some("ns"),
             "p3",
             Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
-            false,
+            Part::Whole,
         )
         .unwrap();
         assert_indexes_match_a_scan(&s);
@@ -1806,7 +1865,7 @@ mod tests {
             Some("ns"),
             "p2",
             Patch::Merge(json!({"metadata": {"finalizers": []}})),
-            false,
+            Part::Whole,
         )
         .unwrap();
         assert!(!exists(&s, "pods", "p2"));
@@ -1851,13 +1910,15 @@ mod tests {
         let created = s.create(&t, Some("ns"), pod("a")).unwrap();
         let rv = s.resource_version();
         let same = s
-            .replace(&t, Some("ns"), "a", (*created).clone(), false)
+            .replace(&t, Some("ns"), "a", (*created).clone(), Part::Whole)
             .unwrap();
         assert_eq!(s.resource_version(), rv, "no new resourceVersion");
         assert!(Arc::ptr_eq(&created, &same));
         let mut changed = (*created).clone();
         changed["metadata"]["labels"] = json!({"x": "y"});
-        let after = s.replace(&t, Some("ns"), "a", changed, false).unwrap();
+        let after = s
+            .replace(&t, Some("ns"), "a", changed, Part::Whole)
+            .unwrap();
         assert_ne!(
             after["metadata"]["resourceVersion"],
             created["metadata"]["resourceVersion"]
@@ -1954,7 +2015,7 @@ mod tests {
                 Some("ns"),
                 "held",
                 Patch::Merge(json!({"metadata": {"finalizers": null}})),
-                false,
+                Part::Whole,
             )
             .unwrap();
         assert!(store.get(&pods, Some("ns"), "held").is_err());
