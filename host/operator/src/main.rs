@@ -4,6 +4,8 @@
 mod cli;
 mod config_file;
 mod demo;
+#[cfg(test)]
+mod doc_commands;
 mod policy_cmd;
 mod policy_diff;
 mod policy_hooks;

@@ -771,3 +771,66 @@ fn version_and_help() {
         );
     }
 }
+
+/// The commands the README and `docs/policies.md` show that need no cluster run as written,
+/// from the repository root, and print what they say they print. (Every documented command
+/// parses: the binary's `doc_commands` test.)
+#[test]
+fn the_readmes_commands_without_a_cluster_run() {
+    let readme = std::fs::read_to_string(common::repo("README.md")).unwrap();
+    let policies = std::fs::read_to_string(common::repo("docs/policies.md")).unwrap();
+    for (page, text, shown, args, expect) in [
+        (
+            "README.md",
+            &readme,
+            "cargo run -p tfjob-operator -- render -f tests/data/kubeflow/dist-mnist.yaml\n",
+            &["render", "-f", "tests/data/kubeflow/dist-mnist.yaml"][..],
+            "kind: Pod",
+        ),
+        (
+            "README.md",
+            &readme,
+            "cargo run -p tfjob-operator -- render -f tests/data/kubeflow/dist-mnist.yaml -o json\n",
+            &[
+                "render",
+                "-f",
+                "tests/data/kubeflow/dist-mnist.yaml",
+                "-o",
+                "json",
+            ],
+            "\"kind\": \"Service\"",
+        ),
+        (
+            "README.md",
+            &readme,
+            "cargo run -p tfjob-operator -- crd\n",
+            &["crd"],
+            "kind: CustomResourceDefinition",
+        ),
+        (
+            "docs/policies.md",
+            &policies,
+            "tfjob-operator render -f deploy/examples/gpu-mnist.yaml          # with the policies\n",
+            &["render", "-f", "deploy/examples/gpu-mnist.yaml"],
+            "policy.tfjob.dev/policies",
+        ),
+        (
+            "docs/policies.md",
+            &policies,
+            "tfjob-operator render -f deploy/examples/gpu-mnist.yaml --no-policies\n",
+            &[
+                "render",
+                "-f",
+                "deploy/examples/gpu-mnist.yaml",
+                "--no-policies",
+            ],
+            "kind: Pod",
+        ),
+    ] {
+        assert!(text.contains(shown), "{page} no longer shows {shown:?}");
+        let mut cmd = operator();
+        cmd.args(args).current_dir(common::repo(""));
+        let out = success(&run_with(cmd, None));
+        assert!(out.contains(expect), "{page}: {shown}: {out}");
+    }
+}
