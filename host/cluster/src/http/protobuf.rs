@@ -8,10 +8,12 @@
 //! built-in objects as `application/vnd.kubernetes.protobuf` and do not fall back to JSON when
 //! refused. A protobuf body is the four bytes `k8s\0` followed by a `runtime.Unknown` message
 //! whose `typeMeta` names the object's apiVersion and kind and whose `raw` holds the object's
-//! own message. The messages are those of the `k8s-pb` crate; the mapping to JSON is written
-//! out per type (the crate has no serde support) and follows the API's JSON conventions:
-//! bytes as base64, times as RFC 3339 seconds, empty strings, lists and maps left out (Go's
-//! protobuf encoder writes empty strings, its JSON encoder omits them). Every decoding
+//! own message. The messages are those of the `k8s-pb` crate, which has no serde support; each
+//! message's mapping to JSON is one table of its fields ([`message!`]), and each field type
+//! converts one way for every message ([`Field`]), following the API's JSON conventions: bytes
+//! as base64, times as RFC 3339 seconds, empty strings, lists and maps left out (Go's protobuf
+//! encoder writes empty strings, its JSON encoder omits them), and each table says which fields
+//! Go's JSON shows when zero ([`Shown`]). Every decoding
 //! error is a [`ProtoError`], which the server answers with a `400`; nothing here panics on
 //! hostile bytes.
 
@@ -19,6 +21,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use k8s_pb::api::authentication::v1 as authentication;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
@@ -97,25 +100,15 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
         return Err(ProtoError::NoType);
     }
     let raw = unknown.raw.unwrap_or_default();
-    let object_error = |source| ProtoError::Object {
-        kind: kind.clone(),
-        source,
-    };
     let mut obj = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Namespace") => {
-            namespace_json(&core::Namespace::decode(&*raw).map_err(object_error)?)?
+        ("v1", "Namespace") => decoded::<core::Namespace>(&raw, &kind)?,
+        ("v1", "ConfigMap") => decoded::<core::ConfigMap>(&raw, &kind)?,
+        ("v1", "Secret") => decoded::<core::Secret>(&raw, &kind)?,
+        ("v1", "ServiceAccount") => decoded::<core::ServiceAccount>(&raw, &kind)?,
+        ("v1", "Service") => decoded::<core::Service>(&raw, &kind)?,
+        ("authentication.k8s.io/v1", "TokenRequest") => {
+            decoded::<authentication::TokenRequest>(&raw, &kind)?
         }
-        ("v1", "ConfigMap") => {
-            configmap_json(&core::ConfigMap::decode(&*raw).map_err(object_error)?)?
-        }
-        ("v1", "Secret") => secret_json(&core::Secret::decode(&*raw).map_err(object_error)?)?,
-        ("v1", "ServiceAccount") => {
-            service_account_json(&core::ServiceAccount::decode(&*raw).map_err(object_error)?)?
-        }
-        ("v1", "Service") => service_json(&core::Service::decode(&*raw).map_err(object_error)?)?,
-        ("authentication.k8s.io/v1", "TokenRequest") => token_request_json(
-            &k8s_pb::api::authentication::v1::TokenRequest::decode(&*raw).map_err(object_error)?,
-        )?,
         _ => return Err(ProtoError::Unsupported { api_version, kind }),
     };
     obj.insert("apiVersion".into(), json!(api_version));
@@ -123,16 +116,28 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     Ok(Value::Object(obj))
 }
 
+/// The JSON object of a message of `kind` in `raw`.
+fn decoded<M: Message + Default + Object>(
+    raw: &[u8],
+    kind: &str,
+) -> Result<Map<String, Value>, ProtoError> {
+    let message = M::decode(raw).map_err(|source| ProtoError::Object {
+        kind: kind.to_owned(),
+        source,
+    })?;
+    message.to_object("")
+}
+
 /// The protobuf body of a JSON object of a supported type.
 pub fn encode(obj: &Value) -> Result<Vec<u8>, ProtoError> {
     let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default();
     let (api_version, kind) = (text("apiVersion"), text("kind"));
     let raw = match (api_version, kind) {
-        ("v1", "Namespace") => namespace_pb(obj)?.encode_to_vec(),
-        ("v1", "ConfigMap") => configmap_pb(obj)?.encode_to_vec(),
-        ("v1", "Secret") => secret_pb(obj)?.encode_to_vec(),
-        ("v1", "ServiceAccount") => service_account_pb(obj)?.encode_to_vec(),
-        ("v1", "Service") => service_pb(obj)?.encode_to_vec(),
+        ("v1", "Namespace") => core::Namespace::from_object(obj, "")?.encode_to_vec(),
+        ("v1", "ConfigMap") => core::ConfigMap::from_object(obj, "")?.encode_to_vec(),
+        ("v1", "Secret") => core::Secret::from_object(obj, "")?.encode_to_vec(),
+        ("v1", "ServiceAccount") => core::ServiceAccount::from_object(obj, "")?.encode_to_vec(),
+        ("v1", "Service") => core::Service::from_object(obj, "")?.encode_to_vec(),
         _ => {
             return Err(ProtoError::Unsupported {
                 api_version: api_version.into(),
@@ -154,755 +159,447 @@ pub fn encode(obj: &Value) -> Result<Vec<u8>, ProtoError> {
     Ok(out)
 }
 
-// ---- protobuf to JSON ----
+// ---- the conversions, driven by one table per message ----
 
-/// Sets `key` unless the value is absent or empty, as the API's `omitempty` fields.
-fn put(obj: &mut Map<String, Value>, key: &str, value: Option<Value>) {
-    let empty = match &value {
-        None | Some(Value::Null) => true,
-        Some(Value::String(s)) => s.is_empty(),
-        Some(Value::Array(a)) => a.is_empty(),
-        Some(Value::Object(o)) => o.is_empty(),
-        _ => false,
-    };
-    if !empty {
-        obj.insert(key.into(), value.unwrap_or(Value::Null));
+/// When the API's JSON shows a field, beyond what the field's type decides (an empty string,
+/// list or map is always left out: Go's protobuf encoder writes them, its JSON encoder omits
+/// them).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Whenever it is set (a Go pointer field: `*bool`, `*int32`, a struct).
+    IfSet,
+    /// Unless it is zero, false or an empty object (`omitempty`).
+    IfNotEmpty,
+    /// Always, as zero or an empty object when unset (a Go value field without `omitempty`).
+    Always,
+}
+
+/// One field of a message, converted by the API's JSON conventions.
+trait Field: Sized {
+    /// The field's JSON, or `None` when the JSON leaves it out. `at` names it in errors.
+    fn to_json(&self, shown: Shown, at: &str) -> Result<Option<Value>, ProtoError>;
+    /// The field from its JSON value (`None`: absent). Values of the wrong JSON type are
+    /// read as absent; malformed times and base64 are errors.
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError>;
+}
+
+/// A message: a JSON object whose fields [`message!`] lists.
+trait Object: Sized {
+    fn to_object(&self, at: &str) -> Result<Map<String, Value>, ProtoError>;
+    fn from_object(v: &Value, at: &str) -> Result<Self, ProtoError>;
+}
+
+/// The path of `key` below `at`, for errors.
+fn below(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{at}.{key}")
     }
 }
 
-fn string_map(m: &BTreeMap<String, String>) -> Option<Value> {
-    Some(json!(m))
-}
-
-fn bytes_map(m: &BTreeMap<String, Vec<u8>>) -> Option<Value> {
-    Some(Value::Object(
-        m.iter()
-            .map(|(k, v)| (k.clone(), json!(BASE64.encode(v))))
-            .collect(),
-    ))
-}
-
-fn time_json(t: &Option<meta::Time>, field: &str) -> Result<Option<Value>, ProtoError> {
-    let Some(t) = t else {
-        return Ok(None);
-    };
-    let seconds = t.seconds.unwrap_or(0);
-    let at = jiff::Timestamp::from_second(seconds)
-        .map_err(|e| field_error(field, format!("time out of range: {e}")))?;
-    Ok(Some(json!(at.to_string())))
-}
-
-fn meta_json(m: &Option<meta::ObjectMeta>) -> Result<Option<Value>, ProtoError> {
-    let Some(m) = m else {
-        return Ok(None);
-    };
-    let mut o = Map::new();
-    put(&mut o, "name", m.name.clone().map(Value::from));
-    put(
-        &mut o,
-        "generateName",
-        m.generate_name.clone().map(Value::from),
-    );
-    put(&mut o, "namespace", m.namespace.clone().map(Value::from));
-    put(&mut o, "uid", m.uid.clone().map(Value::from));
-    put(
-        &mut o,
-        "resourceVersion",
-        m.resource_version.clone().map(Value::from),
-    );
-    put(
-        &mut o,
-        "generation",
-        m.generation.filter(|g| *g != 0).map(Value::from),
-    );
-    put(
-        &mut o,
-        "creationTimestamp",
-        time_json(&m.creation_timestamp, "metadata.creationTimestamp")?,
-    );
-    put(
-        &mut o,
-        "deletionTimestamp",
-        time_json(&m.deletion_timestamp, "metadata.deletionTimestamp")?,
-    );
-    put(
-        &mut o,
-        "deletionGracePeriodSeconds",
-        m.deletion_grace_period_seconds.map(Value::from),
-    );
-    put(&mut o, "labels", string_map(&m.labels));
-    put(&mut o, "annotations", string_map(&m.annotations));
-    let owners: Vec<Value> = m
-        .owner_references
-        .iter()
-        .map(|r| {
-            let mut o = Map::new();
-            put(&mut o, "apiVersion", r.api_version.clone().map(Value::from));
-            put(&mut o, "kind", r.kind.clone().map(Value::from));
-            put(&mut o, "name", r.name.clone().map(Value::from));
-            put(&mut o, "uid", r.uid.clone().map(Value::from));
-            put(&mut o, "controller", r.controller.map(Value::from));
-            put(
-                &mut o,
-                "blockOwnerDeletion",
-                r.block_owner_deletion.map(Value::from),
-            );
-            Value::Object(o)
-        })
-        .collect();
-    put(&mut o, "ownerReferences", Some(json!(owners)));
-    put(&mut o, "finalizers", Some(json!(m.finalizers)));
-    let mut managed = Vec::new();
-    for (i, e) in m.managed_fields.iter().enumerate() {
-        let mut o = Map::new();
-        put(&mut o, "manager", e.manager.clone().map(Value::from));
-        put(&mut o, "operation", e.operation.clone().map(Value::from));
-        put(&mut o, "apiVersion", e.api_version.clone().map(Value::from));
-        put(
-            &mut o,
-            "time",
-            time_json(&e.time, &format!("metadata.managedFields[{i}].time"))?,
-        );
-        put(&mut o, "fieldsType", e.fields_type.clone().map(Value::from));
-        if let Some(raw) = e.fields_v1.as_ref().and_then(|f| f.raw.as_ref()) {
-            let fields: Value = serde_json::from_slice(raw).map_err(|err| {
-                field_error(
-                    &format!("metadata.managedFields[{i}].fieldsV1"),
-                    format!("not JSON: {err}"),
-                )
-            })?;
-            o.insert("fieldsV1".into(), fields);
-        }
-        put(
-            &mut o,
-            "subresource",
-            e.subresource.clone().map(Value::from),
-        );
-        managed.push(Value::Object(o));
-    }
-    put(&mut o, "managedFields", Some(json!(managed)));
-    Ok(Some(Value::Object(o)))
-}
-
-/// A TokenRequest, as `kubectl create token` sends it (only asked for, never stored or
-/// answered in protobuf).
-fn token_request_json(
-    request: &k8s_pb::api::authentication::v1::TokenRequest,
-) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&request.metadata)?);
-    let mut s = Map::new();
-    if let Some(spec) = &request.spec {
-        put(&mut s, "audiences", Some(json!(spec.audiences)));
-        put(
-            &mut s,
-            "expirationSeconds",
-            spec.expiration_seconds.map(Value::from),
-        );
-        if let Some(bound) = &spec.bound_object_ref {
-            let mut b = Map::new();
-            put(&mut b, "kind", bound.kind.clone().map(Value::from));
-            put(&mut b, "name", bound.name.clone().map(Value::from));
-            s.insert("boundObjectRef".into(), Value::Object(b));
-        }
-    }
-    o.insert("spec".into(), Value::Object(s));
-    Ok(o)
-}
-
-fn namespace_json(ns: &core::Namespace) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&ns.metadata)?);
-    if let Some(spec) = &ns.spec {
-        let mut s = Map::new();
-        put(&mut s, "finalizers", Some(json!(spec.finalizers)));
-        o.insert("spec".into(), Value::Object(s));
-    }
-    if let Some(status) = &ns.status {
-        let mut s = Map::new();
-        put(&mut s, "phase", status.phase.clone().map(Value::from));
-        let mut conditions = Vec::new();
-        for (i, c) in status.conditions.iter().enumerate() {
-            let mut o = Map::new();
-            put(&mut o, "type", c.r#type.clone().map(Value::from));
-            put(&mut o, "status", c.status.clone().map(Value::from));
-            put(
-                &mut o,
-                "lastTransitionTime",
-                time_json(
-                    &c.last_transition_time,
-                    &format!("status.conditions[{i}].lastTransitionTime"),
-                )?,
-            );
-            put(&mut o, "reason", c.reason.clone().map(Value::from));
-            put(&mut o, "message", c.message.clone().map(Value::from));
-            conditions.push(Value::Object(o));
-        }
-        put(&mut s, "conditions", Some(json!(conditions)));
-        o.insert("status".into(), Value::Object(s));
-    }
-    Ok(o)
-}
-
-fn configmap_json(cm: &core::ConfigMap) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&cm.metadata)?);
-    put(&mut o, "immutable", cm.immutable.map(Value::from));
-    put(&mut o, "data", string_map(&cm.data));
-    put(&mut o, "binaryData", bytes_map(&cm.binary_data));
-    Ok(o)
-}
-
-fn secret_json(secret: &core::Secret) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&secret.metadata)?);
-    put(&mut o, "immutable", secret.immutable.map(Value::from));
-    put(&mut o, "data", bytes_map(&secret.data));
-    put(&mut o, "stringData", string_map(&secret.string_data));
-    put(&mut o, "type", secret.r#type.clone().map(Value::from));
-    Ok(o)
-}
-
-fn service_account_json(sa: &core::ServiceAccount) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&sa.metadata)?);
-    let secrets: Vec<Value> = sa
-        .secrets
-        .iter()
-        .map(|r| {
-            let mut o = Map::new();
-            put(&mut o, "kind", r.kind.clone().map(Value::from));
-            put(&mut o, "namespace", r.namespace.clone().map(Value::from));
-            put(&mut o, "name", r.name.clone().map(Value::from));
-            put(&mut o, "uid", r.uid.clone().map(Value::from));
-            put(&mut o, "apiVersion", r.api_version.clone().map(Value::from));
-            put(
-                &mut o,
-                "resourceVersion",
-                r.resource_version.clone().map(Value::from),
-            );
-            put(&mut o, "fieldPath", r.field_path.clone().map(Value::from));
-            Value::Object(o)
-        })
-        .collect();
-    put(&mut o, "secrets", Some(json!(secrets)));
-    let pull: Vec<Value> = sa
-        .image_pull_secrets
-        .iter()
-        .map(|r| {
-            let mut o = Map::new();
-            put(&mut o, "name", r.name.clone().map(Value::from));
-            Value::Object(o)
-        })
-        .collect();
-    put(&mut o, "imagePullSecrets", Some(json!(pull)));
-    put(
-        &mut o,
-        "automountServiceAccountToken",
-        sa.automount_service_account_token.map(Value::from),
-    );
-    Ok(o)
-}
-
-fn int_or_string_json(v: &Option<IntOrString>) -> Option<Value> {
-    let v = v.as_ref()?;
-    match v.r#type {
-        Some(1) => v.str_val.clone().map(Value::from),
-        _ => Some(json!(v.int_val.unwrap_or(0))),
-    }
-}
-
-fn condition_json(c: &meta::Condition, field: &str) -> Result<Value, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "type", c.r#type.clone().map(Value::from));
-    put(&mut o, "status", c.status.clone().map(Value::from));
-    put(
-        &mut o,
-        "observedGeneration",
-        c.observed_generation.filter(|g| *g != 0).map(Value::from),
-    );
-    put(
-        &mut o,
-        "lastTransitionTime",
-        time_json(
-            &c.last_transition_time,
-            &format!("{field}.lastTransitionTime"),
-        )?,
-    );
-    put(&mut o, "reason", c.reason.clone().map(Value::from));
-    put(&mut o, "message", c.message.clone().map(Value::from));
-    Ok(Value::Object(o))
-}
-
-fn service_json(svc: &core::Service) -> Result<Map<String, Value>, ProtoError> {
-    let mut o = Map::new();
-    put(&mut o, "metadata", meta_json(&svc.metadata)?);
-    if let Some(spec) = &svc.spec {
-        let mut s = Map::new();
-        let ports: Vec<Value> = spec
-            .ports
-            .iter()
-            .map(|p| {
+/// Implements [`Object`] for a message from its JSON field names, its Rust fields and when
+/// each is shown ([`Shown::IfSet`] unless given); fields not listed are neither read nor
+/// written.
+macro_rules! message {
+    ($ty:ty { $($json:literal => $field:ident $(($shown:ident))?),* $(,)? }) => {
+        impl Object for $ty {
+            fn to_object(&self, at: &str) -> Result<Map<String, Value>, ProtoError> {
                 let mut o = Map::new();
-                put(&mut o, "name", p.name.clone().map(Value::from));
-                put(&mut o, "protocol", p.protocol.clone().map(Value::from));
-                put(
-                    &mut o,
-                    "appProtocol",
-                    p.app_protocol.clone().map(Value::from),
-                );
-                put(&mut o, "port", Some(json!(p.port.unwrap_or(0))));
-                put(&mut o, "targetPort", int_or_string_json(&p.target_port));
-                put(
-                    &mut o,
-                    "nodePort",
-                    p.node_port.filter(|n| *n != 0).map(Value::from),
-                );
-                Value::Object(o)
-            })
-            .collect();
-        put(&mut s, "ports", Some(json!(ports)));
-        put(&mut s, "selector", string_map(&spec.selector));
-        put(
-            &mut s,
-            "clusterIP",
-            spec.cluster_ip.clone().map(Value::from),
-        );
-        put(&mut s, "clusterIPs", Some(json!(spec.cluster_ips)));
-        put(&mut s, "type", spec.r#type.clone().map(Value::from));
-        put(&mut s, "externalIPs", Some(json!(spec.external_ips)));
-        put(
-            &mut s,
-            "sessionAffinity",
-            spec.session_affinity.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "loadBalancerIP",
-            spec.load_balancer_ip.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "loadBalancerSourceRanges",
-            Some(json!(spec.load_balancer_source_ranges)),
-        );
-        put(
-            &mut s,
-            "externalName",
-            spec.external_name.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "externalTrafficPolicy",
-            spec.external_traffic_policy.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "healthCheckNodePort",
-            spec.health_check_node_port
-                .filter(|n| *n != 0)
-                .map(Value::from),
-        );
-        put(
-            &mut s,
-            "publishNotReadyAddresses",
-            spec.publish_not_ready_addresses
-                .filter(|p| *p)
-                .map(Value::from),
-        );
-        if let Some(config) = &spec.session_affinity_config {
-            let mut c = Map::new();
-            if let Some(client_ip) = &config.client_ip {
-                let mut t = Map::new();
-                put(
-                    &mut t,
-                    "timeoutSeconds",
-                    client_ip.timeout_seconds.map(Value::from),
-                );
-                c.insert("clientIP".into(), Value::Object(t));
+                $(
+                    let shown = message!(@shown $($shown)?);
+                    if let Some(v) = self.$field.to_json(shown, &below(at, $json))? {
+                        o.insert($json.into(), v);
+                    }
+                )*
+                Ok(o)
             }
-            s.insert("sessionAffinityConfig".into(), Value::Object(c));
-        }
-        put(&mut s, "ipFamilies", Some(json!(spec.ip_families)));
-        put(
-            &mut s,
-            "ipFamilyPolicy",
-            spec.ip_family_policy.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "allocateLoadBalancerNodePorts",
-            spec.allocate_load_balancer_node_ports.map(Value::from),
-        );
-        put(
-            &mut s,
-            "loadBalancerClass",
-            spec.load_balancer_class.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "internalTrafficPolicy",
-            spec.internal_traffic_policy.clone().map(Value::from),
-        );
-        put(
-            &mut s,
-            "trafficDistribution",
-            spec.traffic_distribution.clone().map(Value::from),
-        );
-        o.insert("spec".into(), Value::Object(s));
-    }
-    if let Some(status) = &svc.status {
-        let mut s = Map::new();
-        if let Some(lb) = &status.load_balancer {
-            let ingress: Vec<Value> = lb
-                .ingress
-                .iter()
-                .map(|i| {
-                    let mut o = Map::new();
-                    put(&mut o, "ip", i.ip.clone().map(Value::from));
-                    put(&mut o, "hostname", i.hostname.clone().map(Value::from));
-                    put(&mut o, "ipMode", i.ip_mode.clone().map(Value::from));
-                    let ports: Vec<Value> = i
-                        .ports
-                        .iter()
-                        .map(|p| {
-                            let mut o = Map::new();
-                            put(&mut o, "port", Some(json!(p.port.unwrap_or(0))));
-                            put(&mut o, "protocol", p.protocol.clone().map(Value::from));
-                            put(&mut o, "error", p.error.clone().map(Value::from));
-                            Value::Object(o)
-                        })
-                        .collect();
-                    put(&mut o, "ports", Some(json!(ports)));
-                    Value::Object(o)
+
+            // A table that lists every field of its message leaves nothing to default.
+            #[allow(clippy::needless_update)]
+            fn from_object(v: &Value, at: &str) -> Result<Self, ProtoError> {
+                Ok(Self {
+                    $($field: Field::from_json(v.get($json), &below(at, $json))?,)*
+                    ..Default::default()
                 })
-                .collect();
-            let mut l = Map::new();
-            put(&mut l, "ingress", Some(json!(ingress)));
-            s.insert("loadBalancer".into(), Value::Object(l));
+            }
         }
-        let conditions = status
-            .conditions
+    };
+    (@shown) => { Shown::IfSet };
+    (@shown $shown:ident) => { Shown::$shown };
+}
+
+message!(meta::ObjectMeta {
+    "name" => name,
+    "generateName" => generate_name,
+    "namespace" => namespace,
+    "uid" => uid,
+    "resourceVersion" => resource_version,
+    "generation" => generation(IfNotEmpty),
+    "creationTimestamp" => creation_timestamp,
+    "deletionTimestamp" => deletion_timestamp,
+    "deletionGracePeriodSeconds" => deletion_grace_period_seconds,
+    "labels" => labels,
+    "annotations" => annotations,
+    "ownerReferences" => owner_references,
+    "finalizers" => finalizers,
+    "managedFields" => managed_fields,
+});
+message!(meta::OwnerReference {
+    "apiVersion" => api_version,
+    "kind" => kind,
+    "name" => name,
+    "uid" => uid,
+    "controller" => controller,
+    "blockOwnerDeletion" => block_owner_deletion,
+});
+message!(meta::ManagedFieldsEntry {
+    "manager" => manager,
+    "operation" => operation,
+    "apiVersion" => api_version,
+    "time" => time,
+    "fieldsType" => fields_type,
+    "fieldsV1" => fields_v1,
+    "subresource" => subresource,
+});
+message!(meta::Condition {
+    "type" => r#type,
+    "status" => status,
+    "observedGeneration" => observed_generation(IfNotEmpty),
+    "lastTransitionTime" => last_transition_time,
+    "reason" => reason,
+    "message" => message,
+});
+
+message!(core::Namespace {
+    "metadata" => metadata(IfNotEmpty),
+    "spec" => spec,
+    "status" => status,
+});
+message!(core::NamespaceSpec { "finalizers" => finalizers });
+message!(core::NamespaceStatus {
+    "phase" => phase,
+    "conditions" => conditions,
+});
+message!(core::NamespaceCondition {
+    "type" => r#type,
+    "status" => status,
+    "lastTransitionTime" => last_transition_time,
+    "reason" => reason,
+    "message" => message,
+});
+
+message!(core::ConfigMap {
+    "metadata" => metadata(IfNotEmpty),
+    "immutable" => immutable,
+    "data" => data,
+    "binaryData" => binary_data,
+});
+message!(core::Secret {
+    "metadata" => metadata(IfNotEmpty),
+    "immutable" => immutable,
+    "data" => data,
+    "stringData" => string_data,
+    "type" => r#type,
+});
+
+message!(core::ServiceAccount {
+    "metadata" => metadata(IfNotEmpty),
+    "secrets" => secrets,
+    "imagePullSecrets" => image_pull_secrets,
+    "automountServiceAccountToken" => automount_service_account_token,
+});
+message!(core::ObjectReference {
+    "kind" => kind,
+    "namespace" => namespace,
+    "name" => name,
+    "uid" => uid,
+    "apiVersion" => api_version,
+    "resourceVersion" => resource_version,
+    "fieldPath" => field_path,
+});
+message!(core::LocalObjectReference { "name" => name });
+
+message!(core::Service {
+    "metadata" => metadata(IfNotEmpty),
+    "spec" => spec,
+    "status" => status,
+});
+message!(core::ServiceSpec {
+    "ports" => ports,
+    "selector" => selector,
+    "clusterIP" => cluster_ip,
+    "clusterIPs" => cluster_ips,
+    "type" => r#type,
+    "externalIPs" => external_ips,
+    "sessionAffinity" => session_affinity,
+    "loadBalancerIP" => load_balancer_ip,
+    "loadBalancerSourceRanges" => load_balancer_source_ranges,
+    "externalName" => external_name,
+    "externalTrafficPolicy" => external_traffic_policy,
+    "healthCheckNodePort" => health_check_node_port(IfNotEmpty),
+    "publishNotReadyAddresses" => publish_not_ready_addresses(IfNotEmpty),
+    "sessionAffinityConfig" => session_affinity_config,
+    "ipFamilies" => ip_families,
+    "ipFamilyPolicy" => ip_family_policy,
+    "allocateLoadBalancerNodePorts" => allocate_load_balancer_node_ports,
+    "loadBalancerClass" => load_balancer_class,
+    "internalTrafficPolicy" => internal_traffic_policy,
+    "trafficDistribution" => traffic_distribution,
+});
+message!(core::ServicePort {
+    "name" => name,
+    "protocol" => protocol,
+    "appProtocol" => app_protocol,
+    "port" => port(Always),
+    "targetPort" => target_port,
+    "nodePort" => node_port(IfNotEmpty),
+});
+message!(core::SessionAffinityConfig { "clientIP" => client_ip });
+message!(core::ClientIpConfig { "timeoutSeconds" => timeout_seconds });
+message!(core::ServiceStatus {
+    "loadBalancer" => load_balancer,
+    "conditions" => conditions,
+});
+message!(core::LoadBalancerStatus { "ingress" => ingress });
+message!(core::LoadBalancerIngress {
+    "ip" => ip,
+    "hostname" => hostname,
+    "ipMode" => ip_mode,
+    "ports" => ports,
+});
+message!(core::PortStatus {
+    "port" => port(Always),
+    "protocol" => protocol,
+    "error" => error,
+});
+
+// A TokenRequest, as `kubectl create token` sends it (only asked for, never stored or
+// answered in protobuf).
+message!(authentication::TokenRequest {
+    "metadata" => metadata(IfNotEmpty),
+    "spec" => spec(Always),
+});
+message!(authentication::TokenRequestSpec {
+    "audiences" => audiences,
+    "expirationSeconds" => expiration_seconds,
+    "boundObjectRef" => bound_object_ref,
+});
+message!(authentication::BoundObjectReference {
+    "kind" => kind,
+    "name" => name,
+});
+
+impl<M: Object + Default> Field for Option<M> {
+    fn to_json(&self, shown: Shown, at: &str) -> Result<Option<Value>, ProtoError> {
+        let object = match (self, shown) {
+            (Some(m), _) => m.to_object(at)?,
+            (None, Shown::Always) => Map::new(),
+            (None, _) => return Ok(None),
+        };
+        if shown == Shown::IfNotEmpty && object.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Value::Object(object)))
+    }
+
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError> {
+        v.filter(|v| v.is_object())
+            .map(|v| M::from_object(v, at))
+            .transpose()
+    }
+}
+
+impl<M: Object> Field for Vec<M> {
+    fn to_json(&self, _: Shown, at: &str) -> Result<Option<Value>, ProtoError> {
+        let items = self
             .iter()
             .enumerate()
-            .map(|(i, c)| condition_json(c, &format!("status.conditions[{i}]")))
+            .map(|(i, m)| m.to_object(&format!("{at}[{i}]")).map(Value::Object))
             .collect::<Result<Vec<_>, _>>()?;
-        put(&mut s, "conditions", Some(json!(conditions)));
-        o.insert("status".into(), Value::Object(s));
+        Ok((!items.is_empty()).then_some(Value::Array(items)))
     }
-    Ok(o)
-}
 
-// ---- JSON to protobuf ----
-
-fn text(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn strings(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn string_map_pb(v: &Value, key: &str) -> BTreeMap<String, String> {
-    v.get(key)
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn bytes_map_pb(v: &Value, key: &str) -> Result<BTreeMap<String, Vec<u8>>, ProtoError> {
-    let Some(m) = v.get(key).and_then(Value::as_object) else {
-        return Ok(BTreeMap::new());
-    };
-    m.iter()
-        .map(|(k, v)| {
-            let bytes = BASE64
-                .decode(v.as_str().unwrap_or_default())
-                .map_err(|e| field_error(&format!("{key}[{k}]"), format!("not base64: {e}")))?;
-            Ok((k.clone(), bytes))
-        })
-        .collect()
-}
-
-fn time_pb(v: &Value, key: &str) -> Result<Option<meta::Time>, ProtoError> {
-    let Some(s) = v.get(key).and_then(Value::as_str) else {
-        return Ok(None);
-    };
-    let at: jiff::Timestamp = s
-        .parse()
-        .map_err(|e| field_error(key, format!("not an RFC 3339 time: {e}")))?;
-    Ok(Some(meta::Time {
-        seconds: Some(at.as_second()),
-        nanos: Some(0),
-    }))
-}
-
-fn meta_pb(obj: &Value) -> Result<Option<meta::ObjectMeta>, ProtoError> {
-    let Some(m) = obj.get("metadata").filter(|m| m.is_object()) else {
-        return Ok(None);
-    };
-    let owners = m
-        .get("ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|r| meta::OwnerReference {
-            api_version: text(r, "apiVersion"),
-            kind: text(r, "kind"),
-            name: text(r, "name"),
-            uid: text(r, "uid"),
-            controller: r.get("controller").and_then(Value::as_bool),
-            block_owner_deletion: r.get("blockOwnerDeletion").and_then(Value::as_bool),
-        })
-        .collect();
-    let managed = m
-        .get("managedFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            Ok(meta::ManagedFieldsEntry {
-                manager: text(e, "manager"),
-                operation: text(e, "operation"),
-                api_version: text(e, "apiVersion"),
-                time: time_pb(e, "time")?,
-                fields_type: text(e, "fieldsType"),
-                fields_v1: e.get("fieldsV1").map(|f| meta::FieldsV1 {
-                    raw: Some(f.to_string().into_bytes()),
-                }),
-                subresource: text(e, "subresource"),
-            })
-        })
-        .collect::<Result<Vec<_>, ProtoError>>()?;
-    Ok(Some(meta::ObjectMeta {
-        name: text(m, "name"),
-        generate_name: text(m, "generateName"),
-        namespace: text(m, "namespace"),
-        self_link: None,
-        uid: text(m, "uid"),
-        resource_version: text(m, "resourceVersion"),
-        generation: m.get("generation").and_then(Value::as_i64),
-        creation_timestamp: time_pb(m, "creationTimestamp")?,
-        deletion_timestamp: time_pb(m, "deletionTimestamp")?,
-        deletion_grace_period_seconds: m.get("deletionGracePeriodSeconds").and_then(Value::as_i64),
-        labels: string_map_pb(m, "labels"),
-        annotations: string_map_pb(m, "annotations"),
-        owner_references: owners,
-        finalizers: strings(m, "finalizers"),
-        managed_fields: managed,
-    }))
-}
-
-fn namespace_pb(obj: &Value) -> Result<core::Namespace, ProtoError> {
-    let status = match obj.get("status") {
-        Some(s) => Some(core::NamespaceStatus {
-            phase: text(s, "phase"),
-            conditions: s
-                .get("conditions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    Ok(core::NamespaceCondition {
-                        r#type: text(c, "type"),
-                        status: text(c, "status"),
-                        last_transition_time: time_pb(c, "lastTransitionTime")?,
-                        reason: text(c, "reason"),
-                        message: text(c, "message"),
-                    })
-                })
-                .collect::<Result<_, ProtoError>>()?,
-        }),
-        None => None,
-    };
-    Ok(core::Namespace {
-        metadata: meta_pb(obj)?,
-        spec: obj.get("spec").map(|s| core::NamespaceSpec {
-            finalizers: strings(s, "finalizers"),
-        }),
-        status,
-    })
-}
-
-fn configmap_pb(obj: &Value) -> Result<core::ConfigMap, ProtoError> {
-    Ok(core::ConfigMap {
-        metadata: meta_pb(obj)?,
-        immutable: obj.get("immutable").and_then(Value::as_bool),
-        data: string_map_pb(obj, "data"),
-        binary_data: bytes_map_pb(obj, "binaryData")?,
-    })
-}
-
-fn secret_pb(obj: &Value) -> Result<core::Secret, ProtoError> {
-    Ok(core::Secret {
-        metadata: meta_pb(obj)?,
-        immutable: obj.get("immutable").and_then(Value::as_bool),
-        data: bytes_map_pb(obj, "data")?,
-        string_data: string_map_pb(obj, "stringData"),
-        r#type: text(obj, "type"),
-    })
-}
-
-fn service_account_pb(obj: &Value) -> Result<core::ServiceAccount, ProtoError> {
-    Ok(core::ServiceAccount {
-        metadata: meta_pb(obj)?,
-        secrets: obj
-            .get("secrets")
-            .and_then(Value::as_array)
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError> {
+        v.and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|r| core::ObjectReference {
-                kind: text(r, "kind"),
-                namespace: text(r, "namespace"),
-                name: text(r, "name"),
-                uid: text(r, "uid"),
-                api_version: text(r, "apiVersion"),
-                resource_version: text(r, "resourceVersion"),
-                field_path: text(r, "fieldPath"),
-            })
-            .collect(),
-        image_pull_secrets: obj
-            .get("imagePullSecrets")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|r| core::LocalObjectReference {
-                name: text(r, "name"),
-            })
-            .collect(),
-        automount_service_account_token: obj
-            .get("automountServiceAccountToken")
-            .and_then(Value::as_bool),
-    })
-}
-
-fn int_or_string_pb(v: &Value, key: &str) -> Option<IntOrString> {
-    match v.get(key)? {
-        Value::String(s) => Some(IntOrString {
-            r#type: Some(1),
-            int_val: None,
-            str_val: Some(s.clone()),
-        }),
-        n => Some(IntOrString {
-            r#type: Some(0),
-            int_val: n.as_i64().and_then(|n| i32::try_from(n).ok()),
-            str_val: None,
-        }),
+            .enumerate()
+            .map(|(i, item)| M::from_object(item, &format!("{at}[{i}]")))
+            .collect()
     }
 }
 
-fn int32(v: &Value, key: &str) -> Option<i32> {
-    v.get(key)
-        .and_then(Value::as_i64)
-        .and_then(|n| i32::try_from(n).ok())
+impl Field for Option<String> {
+    fn to_json(&self, _: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        Ok(self.clone().filter(|s| !s.is_empty()).map(Value::from))
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.and_then(Value::as_str).map(str::to_owned))
+    }
 }
 
-fn service_pb(obj: &Value) -> Result<core::Service, ProtoError> {
-    let spec = obj.get("spec").map(|s| core::ServiceSpec {
-        ports: s
-            .get("ports")
-            .and_then(Value::as_array)
+impl Field for Option<bool> {
+    fn to_json(&self, shown: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        Ok(match shown {
+            Shown::IfSet => self.map(Value::from),
+            Shown::IfNotEmpty => self.filter(|b| *b).map(Value::from),
+            Shown::Always => Some(Value::from(self.unwrap_or(false))),
+        })
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.and_then(Value::as_bool))
+    }
+}
+
+impl Field for Option<i64> {
+    fn to_json(&self, shown: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        Ok(match shown {
+            Shown::IfSet => self.map(Value::from),
+            Shown::IfNotEmpty => self.filter(|n| *n != 0).map(Value::from),
+            Shown::Always => Some(Value::from(self.unwrap_or(0))),
+        })
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.and_then(Value::as_i64))
+    }
+}
+
+impl Field for Option<i32> {
+    fn to_json(&self, shown: Shown, at: &str) -> Result<Option<Value>, ProtoError> {
+        self.map(i64::from).to_json(shown, at)
+    }
+
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError> {
+        Ok(Option::<i64>::from_json(v, at)?.and_then(|n| i32::try_from(n).ok()))
+    }
+}
+
+impl Field for Vec<String> {
+    fn to_json(&self, _: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        Ok((!self.is_empty()).then(|| json!(self)))
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|p| core::ServicePort {
-                name: text(p, "name"),
-                protocol: text(p, "protocol"),
-                app_protocol: text(p, "appProtocol"),
-                port: int32(p, "port"),
-                target_port: int_or_string_pb(p, "targetPort"),
-                node_port: int32(p, "nodePort"),
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect())
+    }
+}
+
+impl Field for BTreeMap<String, String> {
+    fn to_json(&self, _: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        Ok((!self.is_empty()).then(|| json!(self)))
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect())
+    }
+}
+
+/// Bytes, as base64 strings.
+impl Field for BTreeMap<String, Vec<u8>> {
+    fn to_json(&self, _: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        let encoded: Map<String, Value> = self
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(BASE64.encode(v))))
+            .collect();
+        Ok((!encoded.is_empty()).then_some(Value::Object(encoded)))
+    }
+
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError> {
+        v.and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let bytes = BASE64
+                    .decode(v.as_str().unwrap_or_default())
+                    .map_err(|e| field_error(&format!("{at}[{k}]"), format!("not base64: {e}")))?;
+                Ok((k.clone(), bytes))
             })
-            .collect(),
-        selector: string_map_pb(s, "selector"),
-        cluster_ip: text(s, "clusterIP"),
-        cluster_ips: strings(s, "clusterIPs"),
-        r#type: text(s, "type"),
-        external_ips: strings(s, "externalIPs"),
-        session_affinity: text(s, "sessionAffinity"),
-        load_balancer_ip: text(s, "loadBalancerIP"),
-        load_balancer_source_ranges: strings(s, "loadBalancerSourceRanges"),
-        external_name: text(s, "externalName"),
-        external_traffic_policy: text(s, "externalTrafficPolicy"),
-        health_check_node_port: int32(s, "healthCheckNodePort"),
-        publish_not_ready_addresses: s.get("publishNotReadyAddresses").and_then(Value::as_bool),
-        session_affinity_config: s.get("sessionAffinityConfig").map(|c| {
-            core::SessionAffinityConfig {
-                client_ip: c.get("clientIP").map(|t| core::ClientIpConfig {
-                    timeout_seconds: int32(t, "timeoutSeconds"),
-                }),
-            }
-        }),
-        ip_families: strings(s, "ipFamilies"),
-        ip_family_policy: text(s, "ipFamilyPolicy"),
-        allocate_load_balancer_node_ports: s
-            .get("allocateLoadBalancerNodePorts")
-            .and_then(Value::as_bool),
-        load_balancer_class: text(s, "loadBalancerClass"),
-        internal_traffic_policy: text(s, "internalTrafficPolicy"),
-        traffic_distribution: text(s, "trafficDistribution"),
-    });
-    let status = match obj.get("status") {
-        Some(s) => Some(core::ServiceStatus {
-            load_balancer: s.get("loadBalancer").map(|l| core::LoadBalancerStatus {
-                ingress: l
-                    .get("ingress")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .map(|i| core::LoadBalancerIngress {
-                        ip: text(i, "ip"),
-                        hostname: text(i, "hostname"),
-                        ip_mode: text(i, "ipMode"),
-                        ports: i
-                            .get("ports")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .map(|p| core::PortStatus {
-                                port: int32(p, "port"),
-                                protocol: text(p, "protocol"),
-                                error: text(p, "error"),
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            }),
-            conditions: s
-                .get("conditions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    Ok(meta::Condition {
-                        r#type: text(c, "type"),
-                        status: text(c, "status"),
-                        observed_generation: c.get("observedGeneration").and_then(Value::as_i64),
-                        last_transition_time: time_pb(c, "lastTransitionTime")?,
-                        reason: text(c, "reason"),
-                        message: text(c, "message"),
-                    })
-                })
-                .collect::<Result<_, ProtoError>>()?,
-        }),
-        None => None,
-    };
-    Ok(core::Service {
-        metadata: meta_pb(obj)?,
-        spec,
-        status,
-    })
+            .collect()
+    }
+}
+
+/// A time, as RFC 3339 seconds.
+impl Field for Option<meta::Time> {
+    fn to_json(&self, _: Shown, at: &str) -> Result<Option<Value>, ProtoError> {
+        let Some(t) = self else {
+            return Ok(None);
+        };
+        let at_time = jiff::Timestamp::from_second(t.seconds.unwrap_or(0))
+            .map_err(|e| field_error(at, format!("time out of range: {e}")))?;
+        Ok(Some(json!(at_time.to_string())))
+    }
+
+    fn from_json(v: Option<&Value>, at: &str) -> Result<Self, ProtoError> {
+        let Some(text) = v.and_then(Value::as_str) else {
+            return Ok(None);
+        };
+        let time: jiff::Timestamp = text
+            .parse()
+            .map_err(|e| field_error(at, format!("not an RFC 3339 time: {e}")))?;
+        Ok(Some(meta::Time {
+            seconds: Some(time.as_second()),
+            nanos: Some(0),
+        }))
+    }
+}
+
+/// A port by number or by name.
+impl Field for Option<IntOrString> {
+    fn to_json(&self, _: Shown, _: &str) -> Result<Option<Value>, ProtoError> {
+        let Some(v) = self else {
+            return Ok(None);
+        };
+        Ok(match v.r#type {
+            Some(1) => v.str_val.clone().filter(|s| !s.is_empty()).map(Value::from),
+            _ => Some(json!(v.int_val.unwrap_or(0))),
+        })
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.map(|v| match v {
+            Value::String(s) => IntOrString {
+                r#type: Some(1),
+                int_val: None,
+                str_val: Some(s.clone()),
+            },
+            n => IntOrString {
+                r#type: Some(0),
+                int_val: n.as_i64().and_then(|n| i32::try_from(n).ok()),
+                str_val: None,
+            },
+        }))
+    }
+}
+
+/// Managed fields, as the JSON document they hold.
+impl Field for Option<meta::FieldsV1> {
+    fn to_json(&self, _: Shown, at: &str) -> Result<Option<Value>, ProtoError> {
+        let Some(raw) = self.as_ref().and_then(|f| f.raw.as_ref()) else {
+            return Ok(None);
+        };
+        serde_json::from_slice(raw)
+            .map(Some)
+            .map_err(|e| field_error(at, format!("not JSON: {e}")))
+    }
+
+    fn from_json(v: Option<&Value>, _: &str) -> Result<Self, ProtoError> {
+        Ok(v.map(|f| meta::FieldsV1 {
+            raw: Some(f.to_string().into_bytes()),
+        }))
+    }
 }
 
 #[cfg(test)]
