@@ -7,7 +7,7 @@
 //! a subset of its fields, values at JSON paths, a verdict's phase/reason/kind, or a failure of
 //! the operator's categories (`guard-violation`, `timeout`, `invalid-settings`, ...). Every case
 //! activates the policy with the operator's own activation and runs the hook behind the
-//! operator's checks ([`crate::policy_cmd::run_hook`]), with the operator's limits.
+//! operator's checks ([`crate::policy_hooks::run_hook`]), with the operator's limits.
 //!
 //! The module has three parts: loading ([`load`]: the YAML, the files it names, every field
 //! checked before anything runs, so a typo fails the suite instead of passing a case), comparing

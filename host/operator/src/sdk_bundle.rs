@@ -33,8 +33,8 @@ const SDK_SOURCES: &[(&str, &str)] =
 
 /// The logic crate's `src/` files.
 const LOGIC_SOURCES: &[(&str, &str)] = sources!("logic":
-    "classify.rs", "classify_settings.rs", "context.rs", "decorate.rs", "json.rs", "lib.rs",
-    "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "verdict.rs",
+    "classify.rs", "classify_settings.rs", "context.rs", "decorate.rs", "duration.rs", "json.rs", "lib.rs",
+    "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
 );
 
 /// A manifest template with this operator's version filled in.

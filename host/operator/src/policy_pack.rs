@@ -1,0 +1,187 @@
+//! `tfjob-operator policy pack`: a policy as the ConfigMap the operator loads, checked with
+//! the operator's own loader (`configmap::load`), so a ConfigMap it prints is one the operator
+//! accepts (given the same limits); optionally signed.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, anyhow};
+use clap::Args;
+use serde_json::json;
+use tfjob_policy_engine::capabilities::{self, Capabilities};
+use tfjob_policy_engine::configmap::{self, LoadError};
+use tfjob_policy_engine::signature::{self, SigningKey, TrustedKeys};
+use tfjob_policy_engine::{
+    FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits, defaults,
+};
+
+use crate::policy_hooks::{default_names, read_yaml};
+
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// The `.wasm` component, or `default:<name>` for an embedded default policy.
+    #[arg(long, value_name = "P.wasm")]
+    pub wasm: String,
+    /// Policy name; the ConfigMap is `tfjob-policy-<NAME>`. A default's name replaces it.
+    #[arg(long)]
+    pub name: String,
+    /// Hooks to run it for, comma-separated; each must be exported.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = parse_hook)]
+    pub hooks: Vec<Hook>,
+    /// Settings document (YAML or JSON) [default: for a default policy, the settings the
+    /// operator runs it with; else `{}`].
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// Lower runs first; ties by name.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub order: i32,
+    #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+    pub failure_policy: String,
+    #[arg(long, value_parser = ["Enforce", "Shadow"], default_value = "Enforce")]
+    pub mode: String,
+    /// Store the module gzip-compressed (`policy.wasm.gz`).
+    #[arg(long)]
+    pub gzip: bool,
+    /// Namespace of the ConfigMap.
+    #[arg(long, default_value = "tfjob-system", value_name = "NS")]
+    pub namespace: String,
+    /// A path the policy may change beyond the default ones (repeatable), e.g.
+    /// `spec.topologySpreadConstraints`.
+    #[arg(long = "allowed-path", value_name = "PATH")]
+    pub allowed_paths: Vec<String>,
+    /// A capability the policy needs (repeatable): secrets, service-account-tokens or
+    /// external-volumes. The operator grants it only if its ceiling allows it.
+    #[arg(long = "capability", value_name = "NAME", value_parser = capabilities::NAMES)]
+    pub capabilities: Vec<String>,
+    /// A host path prefix the policy may mount read-only (repeatable) [default: for a default
+    /// policy, the paths its settings use].
+    #[arg(long = "host-path", value_name = "PREFIX")]
+    pub host_paths: Vec<String>,
+    /// The policy's deadline per call, at most the operator's (50).
+    #[arg(long, value_name = "MS")]
+    pub deadline_ms: Option<u64>,
+    /// The policy's memory cap per call, at most the operator's (64).
+    #[arg(long, value_name = "MIB")]
+    pub memory_mib: Option<u64>,
+    /// Sign the module with this private key (PEM: PKCS#8 ECDSA P-256 or Ed25519, or SEC1
+    /// P-256) into `policy.wasm.sig`, for an operator run with `--policy-trusted-key`.
+    #[arg(long, value_name = "KEY.pem")]
+    pub sign_key: Option<PathBuf>,
+    /// Put this signature of the module (base64, e.g. the output of `cosign sign-blob --key
+    /// cosign.key P.wasm`) into `policy.wasm.sig` as it is; the operator verifies it.
+    #[arg(long, value_name = "FILE", conflicts_with = "sign_key")]
+    pub signature: Option<PathBuf>,
+}
+
+fn parse_hook(s: &str) -> Result<Hook, String> {
+    s.parse()
+}
+
+/// Builds the ConfigMap, then loads it as the operator would: whatever `load` refuses, `pack`
+/// refuses with the same reason.
+pub fn main(args: &PackArgs) -> anyhow::Result<String> {
+    let (wasm, default) = match args.wasm.strip_prefix("default:") {
+        Some(name) => {
+            let d = defaults::find(name).ok_or_else(|| {
+                anyhow!(
+                    "--wasm: no default policy {name:?} (defaults: {})",
+                    default_names()
+                )
+            })?;
+            (d.wasm.to_vec(), Some(d))
+        }
+        None => {
+            let bytes = std::fs::read(&args.wasm)
+                .with_context(|| format!("--wasm: reading {}", args.wasm))?;
+            (bytes, None)
+        }
+    };
+    let settings = match (&args.settings, default) {
+        (Some(path), _) => read_yaml(path).context("--settings")?,
+        (None, Some(d)) => defaults::default_settings(d),
+        (None, None) => json!({}),
+    };
+    let mut declared = match default {
+        Some(_) if args.host_paths.is_empty() => defaults::capabilities_used(&settings),
+        _ => Capabilities {
+            host_paths: args.host_paths.clone(),
+            ..Capabilities::default()
+        },
+    };
+    for name in &args.capabilities {
+        declared
+            .allow(name)
+            .map_err(|e| anyhow!("--capability: {e}"))?;
+    }
+    let manifest = PolicyManifest {
+        name: args.name.clone(),
+        hooks: args.hooks.clone(),
+        order: args.order,
+        failure_policy: match args.failure_policy.as_str() {
+            "Ignore" => FailurePolicy::Ignore,
+            _ => FailurePolicy::Fail,
+        },
+        mode: match args.mode.as_str() {
+            "Shadow" => PolicyMode::Shadow,
+            _ => PolicyMode::Enforce,
+        },
+        settings,
+        allowed_paths: args.allowed_paths.clone(),
+        capabilities: declared,
+        deadline_ms: args.deadline_ms,
+        memory_mib: args.memory_mib,
+        ..PolicyManifest::default()
+    };
+    // Read before anything is built, so that a bad key is reported as such.
+    let signer = match &args.sign_key {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--sign-key: reading {}", path.display()))?;
+            Some(
+                SigningKey::from_pem(&path.display().to_string(), &text)
+                    .map_err(|e| anyhow!("--sign-key {e}"))?,
+            )
+        }
+        None => None,
+    };
+    let mut cm =
+        configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
+            match e.field.as_str() {
+                "name" => anyhow!("--name {:?}: {}", args.name, e.message),
+                _ => anyhow!("{}: {e}", args.wasm),
+            }
+        })?;
+    // The signature is over the module itself, not its gzip form: what the operator runs.
+    let mut trusted = TrustedKeys::none();
+    if let Some(signer) = &signer {
+        configmap::set_signature(&mut cm, &signer.sign(&wasm));
+        trusted.insert(signer.public_key().clone());
+    }
+    if let Some(path) = &args.signature {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--signature: reading {}", path.display()))?;
+        // Only the encoding can be checked here: which keys to trust is the operator's to say.
+        signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
+        configmap::set_signature(&mut cm, &text);
+    }
+    // Loaded as an operator trusting the signing key would load it.
+    // The capabilities are checked against the cluster's ceiling when the operator loads the
+    // ConfigMap; here everything the manifest can declare is allowed.
+    let engine = PolicyEngine::new(SandboxLimits {
+        ceiling: Capabilities::everything(),
+        ..SandboxLimits::default()
+    })?;
+    configmap::load_verified(&engine, &cm, &trusted).map_err(|e| {
+        let hint = match &e {
+            LoadError::Size { .. } if !args.gzip && wasm.len() <= configmap::MAX_WASM_BYTES => {
+                "; pack it with --gzip"
+            }
+            _ => "",
+        };
+        anyhow!(
+            "{}: the operator would reject this policy ({} step): {e}{hint}",
+            args.wasm,
+            e.step()
+        )
+    })?;
+    Ok(configmap::to_yaml(&cm))
+}
