@@ -13,6 +13,7 @@ mod policy_inspect;
 mod policy_list;
 mod policy_new;
 mod policy_pack;
+mod policy_registry;
 mod policy_suite;
 mod policy_test;
 mod render;

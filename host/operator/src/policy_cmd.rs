@@ -1,7 +1,8 @@
 //! `tfjob-operator policy`: its subcommands, each in a module of its own with its arguments
 //! and its run function (`test` in [`crate::policy_test`] and [`crate::policy_suite`], `new` in
 //! [`crate::policy_new`], `inspect` in [`crate::policy_inspect`], `pack` in
-//! [`crate::policy_pack`], `diff` in [`crate::policy_diff`], `list` in [`crate::policy_list`]),
+//! [`crate::policy_pack`], `diff` in [`crate::policy_diff`], `list` in [`crate::policy_list`], `push` and `pull` in
+//! [`crate::policy_registry`]),
 //! and how their results are printed.
 
 use std::process::ExitCode;
@@ -40,6 +41,18 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  tfjob-operator policy list\n  tfjob-operator policy list -A --kubeconfig ~/.kube/config"
     )]
     List(crate::policy_list::ListArgs),
+    /// Push a policy module to an OCI registry as a Wasm artifact, optionally signed in
+    /// cosign's layout; prints the reference pinned to its digest.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator policy push gpu.wasm registry.example.com/platform/gpu:v1 --sign-key signing.pem\n  tfjob-operator policy push gpu.wasm localhost:5000/gpu:v1 --insecure\n\nThe printed REF@sha256:... is what a policy ConfigMap names (policy pack --module-ref)."
+    )]
+    Push(crate::policy_registry::PushArgs),
+    /// Pull a policy module from an OCI registry, verified (its digest, its layout and, with
+    /// --trusted-key, its cosign signature) as the operator verifies it.
+    #[command(
+        after_help = "Examples:\n  tfjob-operator policy pull registry.example.com/platform/gpu:v1 -o gpu.wasm --trusted-key signing.pub\n  tfjob-operator policy pull localhost:5000/gpu@sha256:0f3c... -o gpu.wasm --insecure"
+    )]
+    Pull(crate::policy_registry::PullArgs),
 }
 
 /// What a subcommand prints on success.
@@ -58,6 +71,8 @@ pub fn main(cmd: PolicyCommand) -> ExitCode {
         PolicyCommand::Pack(args) => crate::policy_pack::main(&args).map(Printed::Text),
         PolicyCommand::List(args) => crate::policy_list::main(&args).map(Printed::Text),
         PolicyCommand::Diff(args) => crate::policy_diff::main(&args).map(Printed::Text),
+        PolicyCommand::Push(args) => crate::policy_registry::push(&args).map(Printed::Text),
+        PolicyCommand::Pull(args) => crate::policy_registry::pull(&args).map(Printed::Text),
     };
     match result {
         Ok(Printed::Json(out)) => {

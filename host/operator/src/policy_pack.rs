@@ -9,12 +9,13 @@ use clap::Args;
 use serde_json::json;
 use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::configmap::{self, LoadError};
-use tfjob_policy_engine::signature::{self, SigningKey, TrustedKeys};
+use tfjob_policy_engine::signature::{self, TrustedKeys};
 use tfjob_policy_engine::{
     FailurePolicy, Hook, PolicyEngine, PolicyManifest, PolicyMode, SandboxLimits, defaults,
 };
 
 use crate::policy_hooks::{default_names, read_yaml};
+use tfjob_operator::policy_setup::read_signing_key;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -132,17 +133,11 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         ..PolicyManifest::default()
     };
     // Read before anything is built, so that a bad key is reported as such.
-    let signer = match &args.sign_key {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--sign-key: reading {}", path.display()))?;
-            Some(
-                SigningKey::from_pem(&path.display().to_string(), &text)
-                    .map_err(|e| anyhow!("--sign-key {e}"))?,
-            )
-        }
-        None => None,
-    };
+    let signer = args
+        .sign_key
+        .as_deref()
+        .map(|path| read_signing_key("--sign-key", path))
+        .transpose()?;
     let mut cm =
         configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
             match e.field.as_str() {

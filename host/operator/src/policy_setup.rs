@@ -212,15 +212,32 @@ impl PolicySourceArgs {
     /// Reads the `--policy-trusted-key` files; an unreadable or unsupported key is an error
     /// naming its file, so the operator does not start trusting fewer keys than it was given.
     pub fn trusted_keys(&self) -> anyhow::Result<TrustedKeys> {
-        let mut keys = TrustedKeys::none();
-        for path in &self.policy_trusted_keys {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--policy-trusted-key: reading {}", path.display()))?;
-            keys.add_pem(&path.display().to_string(), &text)
-                .map_err(|e| anyhow!("--policy-trusted-key {e}"))?;
-        }
-        Ok(keys)
+        read_trusted_keys("--policy-trusted-key", &self.policy_trusted_keys)
     }
+}
+
+/// Reads the public keys (PEM) in `paths`; an unreadable or unsupported one is an error naming
+/// `flag` and its file.
+pub fn read_trusted_keys(flag: &str, paths: &[std::path::PathBuf]) -> anyhow::Result<TrustedKeys> {
+    let mut keys = TrustedKeys::none();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{flag}: reading {}", path.display()))?;
+        keys.add_pem(&path.display().to_string(), &text)
+            .map_err(|e| anyhow!("{flag} {e}"))?;
+    }
+    Ok(keys)
+}
+
+/// Reads the private key (PEM) at `path`; errors name `flag` and the file.
+pub fn read_signing_key(
+    flag: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<tfjob_policy_engine::signature::SigningKey> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{flag}: reading {}", path.display()))?;
+    tfjob_policy_engine::signature::SigningKey::from_pem(&path.display().to_string(), &text)
+        .map_err(|e| anyhow!("{flag} {e}"))
 }
 
 /// The engine and the registry behind the operator's policies.

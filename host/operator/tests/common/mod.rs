@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod registry;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
