@@ -1083,6 +1083,7 @@ fn a_policy_that_keeps_trapping_trips_and_its_configmap_says_so() {
                 first_open: Duration::from_secs(3600),
                 max_open: Duration::from_secs(3600),
             },
+            cache_dir: None,
         });
     };
     with_cluster_configured(false, "tripping", tight_breakers, |env, ns| async move {

@@ -141,6 +141,31 @@ async fn scenario(cluster: &EmbeddedCluster, client: &Client) {
         .create(&PostParams::default(), &cm)
         .await
         .unwrap();
+    // A policy whose module is in a registry, with credentials in a Secret of the namespace:
+    // the operator reads the Secret (the registry is not there; the status says so).
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), ACCOUNT.0);
+    let secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-credentials"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": "eyJhdXRocyI6IHt9fQ=="}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let referenced: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "referenced", "labels": {"policy.tfjob.dev/policy": "true"}},
+        "data": {"policy.yaml": "name: referenced\nhooks: [decorate]\nfailurePolicy: Ignore\n",
+                 "module": "oci://127.0.0.1:9/none/policy:v1",
+                 "pullSecret": "registry-credentials"}
+    }))
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &referenced)
+        .await
+        .unwrap();
 
     poll(WAIT, POLL, || async {
         let long = jobs.get("long").await.unwrap();
@@ -180,11 +205,14 @@ async fn scenario(cluster: &EmbeddedCluster, client: &Client) {
     // lost its pods; the ConfigMap got its status.
     poll(WAIT, POLL, || async {
         let gone = matches!(jobs.get("retry").await, Err(kube::Error::Api(s)) if s.is_not_found());
-        let cm = configmaps.get("not-a-policy").await.unwrap();
-        let annotated = cm
-            .metadata
-            .annotations
-            .is_some_and(|a| a.contains_key("policy.tfjob.dev/status"));
+        let mut annotated = true;
+        for name in ["not-a-policy", "referenced"] {
+            let cm = configmaps.get(name).await.unwrap();
+            annotated &= cm
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key("policy.tfjob.dev/status"));
+        }
         let long = jobs.get("long").await.unwrap();
         let suspended = is_true(&long, tfjob_api::JobConditionType::Suspended);
         if gone && annotated && suspended {
@@ -260,6 +288,7 @@ fn the_operator_is_never_refused_with_the_deployed_rbac() {
         ("delete", "scheduling.volcano.sh", "podgroups"),
         ("list", "scheduling.k8s.io", "priorityclasses"),
         ("patch", "", "configmaps"),
+        ("get", "", "secrets"),
     ] {
         let key = (
             expected.0.to_owned(),

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::api_metrics::ApiMetrics;
 use crate::operator::OperatorConfig;
-use crate::policy_setup::Policies;
+use crate::policy_setup::{Policies, PolicyRegistry};
 use tfjob_controller::leader::LeaseConfig;
 
 /// What to start.
@@ -55,6 +55,8 @@ pub struct ClusterOptions {
     pub cluster_policy_namespaces: BTreeSet<String>,
     /// When not empty, policy ConfigMaps load only with a signature by one of these keys.
     pub trusted_keys: Arc<TrustedKeys>,
+    /// Where the operator pulls modules named by reference [default: HTTPS, no cache].
+    pub registry: Option<PolicyRegistry>,
     /// Start the operator with the cluster (off for benchmarks that run it as its own process).
     pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
@@ -85,6 +87,7 @@ impl ClusterOptions {
             policy_namespaces: vec!["tfjob-system".to_owned()],
             cluster_policy_namespaces: BTreeSet::new(),
             trusted_keys: Arc::default(),
+            registry: None,
             run_operator: true,
             faults: FaultConfig::default(),
             gang_scheduler: None,
@@ -173,6 +176,7 @@ pub struct EmbeddedCluster {
     policy_namespaces: Vec<String>,
     cluster_policy_namespaces: BTreeSet<String>,
     trusted_keys: Arc<TrustedKeys>,
+    registry: Option<PolicyRegistry>,
     gang_scheduler: Option<GangScheduler>,
     leader_election: Option<LeaseConfig>,
 }
@@ -250,6 +254,7 @@ impl EmbeddedCluster {
             policy_namespaces: options.policy_namespaces,
             cluster_policy_namespaces: options.cluster_policy_namespaces,
             trusted_keys: options.trusted_keys,
+            registry: options.registry,
             gang_scheduler: options.gang_scheduler,
             leader_election: options.leader_election,
         };
@@ -425,6 +430,7 @@ impl EmbeddedCluster {
             policy_namespaces: self.policy_namespaces.clone(),
             cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),
             trusted_keys: Arc::clone(&self.trusted_keys),
+            registry: self.registry.clone(),
             settings: Settings {
                 gang_scheduler: self.gang_scheduler.clone(),
                 ..Settings::default()

@@ -56,6 +56,9 @@ pub struct OperatorConfig {
     pub stall_after: Option<Duration>,
     /// When not empty, a policy ConfigMap loads only with a signature by one of these keys.
     pub trusted_keys: Arc<TrustedKeys>,
+    /// Where modules that policy ConfigMaps name by reference are pulled from [default: HTTPS
+    /// to every registry, no cache].
+    pub registry: Option<crate::policy_setup::PolicyRegistry>,
     /// Run as one of several replicas: only the holder of this Lease writes (`--leader-elect`).
     pub leader_election: Option<LeaseConfig>,
     /// The client the Lease is renewed with [default: the operator's]: one outside the
@@ -125,6 +128,41 @@ pub async fn run(
         tracing::warn!(error = %e, "the leader election task failed");
     }
     result
+}
+
+/// The background puller of modules named by reference; none (such ConfigMaps are refused)
+/// only if no registry client can be built.
+fn puller(
+    client: &Client,
+    config: &OperatorConfig,
+    policies: &Policies,
+) -> Option<Arc<tfjob_policy_sync::pulls::Puller>> {
+    let registry = match &config.registry {
+        Some(registry) => registry.clone(),
+        None => match crate::policy_setup::PolicyRegistry::new(
+            policies,
+            [],
+            std::time::Duration::from_secs(60),
+        ) {
+            Ok(registry) => registry,
+            Err(e) => {
+                tracing::error!(error = %e, "no registry client: policies named by reference are refused");
+                return None;
+            }
+        },
+    };
+    let settings = tfjob_policy_sync::pulls::PullSettings {
+        client: registry.client,
+        cache: registry.cache,
+        keys: Arc::clone(&config.trusted_keys),
+        refresh: registry.refresh,
+        backoff: std::time::Duration::from_secs(1),
+        max_backoff: std::time::Duration::from_secs(300),
+    };
+    Some(tfjob_policy_sync::pulls::Puller::new(
+        settings,
+        client.clone(),
+    ))
 }
 
 /// `tfjob_operator_is_leader`: 1 while this instance leads (always, without leader election).
@@ -198,6 +236,7 @@ async fn serve(
                 trusted_keys: Arc::clone(&config.trusted_keys),
                 leading: leadership.receiver(),
                 breakers,
+                puller: puller(&client, &config, policies),
             },
             SyncMetrics::register(&mut metrics),
         );

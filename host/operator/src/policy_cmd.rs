@@ -26,7 +26,7 @@ pub enum PolicyCommand {
     Inspect(crate::policy_inspect::InspectArgs),
     /// Print a policy as a ConfigMap for the operator (YAML), after checking that it loads.
     #[command(
-        after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --sign-key signing.pem\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
+        after_help = "Examples:\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --settings gpu.yaml --gzip | kubectl apply -f -\n  tfjob-operator policy pack --wasm default:default-classify --name default-classify --hooks classify --gzip\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --sign-key signing.pem\n  tfjob-operator policy pack --wasm gpu.wasm --name gpu --hooks decorate --module-ref registry.example.com/platform/gpu@sha256:0f3c... --pull-secret registry-credentials\n\nThe module's sha256 is pinned in the manifest. Exit status 2, with the reason, when the\nmodule does not load, does not export the hooks, refuses the settings, or the ConfigMap\nwould exceed 1 MiB."
     )]
     Pack(crate::policy_pack::PackArgs),
     /// What a candidate policy would change on a live cluster, read-only: for every TFJob it

@@ -71,6 +71,17 @@ pub struct PackArgs {
     /// cosign.key P.wasm`) into `policy.wasm.sig` as it is; the operator verifies it.
     #[arg(long, value_name = "FILE", conflicts_with = "sign_key")]
     pub signature: Option<PathBuf>,
+    /// Reference the module in a registry instead of embedding it: `HOST[:PORT]/REPO@sha256:...`
+    /// (what `policy push` printed) or `HOST[:PORT]/REPO:TAG`. `--wasm` is still read, to check
+    /// that the policy loads and to pin the module's sha256 in the manifest. Such a module is
+    /// verified by its cosign signature in the registry, and may be of any size up to the
+    /// operator's --policy-max-module-mib.
+    #[arg(long, value_name = "REF", conflicts_with_all = ["gzip", "sign_key", "signature"])]
+    pub module_ref: Option<String>,
+    /// The `kubernetes.io/dockerconfigjson` Secret, in `--namespace`, with the registry's
+    /// credentials.
+    #[arg(long, value_name = "NAME", requires = "module_ref")]
+    pub pull_secret: Option<String>,
 }
 
 fn parse_hook(s: &str) -> Result<Hook, String> {
@@ -158,13 +169,17 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
         configmap::set_signature(&mut cm, &text);
     }
-    // Loaded as an operator trusting the signing key would load it.
     // The capabilities are checked against the cluster's ceiling when the operator loads the
     // ConfigMap; here everything the manifest can declare is allowed.
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: Capabilities::everything(),
+        max_module: (tfjob_operator::policy_setup::DEFAULT_MAX_MODULE_MIB << 20) as usize,
         ..SandboxLimits::default()
     })?;
+    if let Some(reference) = &args.module_ref {
+        return referencing(args, cm, reference, wasm, &engine);
+    }
+    // Loaded as an operator trusting the signing key would load it.
     configmap::load_verified(&engine, &cm, &trusted).map_err(|e| {
         let hint = match &e {
             LoadError::Size { .. } if !args.gzip && wasm.len() <= configmap::MAX_WASM_BYTES => {
@@ -178,5 +193,38 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
             e.step()
         )
     })?;
+    Ok(configmap::to_yaml(&cm))
+}
+
+/// The ConfigMap `cm` with its module replaced by `reference`, checked as the operator checks it
+/// once it has pulled `wasm`.
+fn referencing(
+    args: &PackArgs,
+    mut cm: k8s_openapi::api::core::v1::ConfigMap,
+    reference: &str,
+    wasm: Vec<u8>,
+    engine: &PolicyEngine,
+) -> anyhow::Result<String> {
+    let parsed =
+        tfjob_policy_oci::ModuleRef::parse(reference).map_err(|e| anyhow!("--module-ref: {e}"))?;
+    cm.binary_data = None;
+    let data = cm.data.get_or_insert_with(Default::default);
+    data.insert(
+        configmap::MODULE_KEY.into(),
+        format!("{}{parsed}", configmap::MODULE_SCHEME),
+    );
+    if let Some(secret) = &args.pull_secret {
+        data.insert(configmap::PULL_SECRET_KEY.into(), secret.clone());
+    }
+    configmap::module_reference(&cm).map_err(|e| anyhow!("--pull-secret: {e}"))?;
+    configmap::read_referenced(&cm, wasm, configmap::Signed::No)
+        .and_then(|source| configmap::activate_source(engine, source))
+        .map_err(|e| {
+            anyhow!(
+                "{}: the operator would reject this policy ({} step): {e}",
+                args.wasm,
+                e.step()
+            )
+        })?;
     Ok(configmap::to_yaml(&cm))
 }

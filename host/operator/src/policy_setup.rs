@@ -11,6 +11,7 @@ use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::breaker::{self, BreakerConfig, Breakers};
 use tfjob_policy_engine::capabilities::{self, Capabilities};
+use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::config::{TenantLimits, default_ceiling};
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
 use tfjob_policy_engine::signature::TrustedKeys;
@@ -31,7 +32,19 @@ pub struct PolicyArgs {
     pub ceiling: CeilingArgs,
     #[command(flatten)]
     pub breakers: BreakerArgs,
+    /// Directory kept across restarts for policy modules pulled from registries and for
+    /// compiled policies, so a restart loads them without the registry or the compiler. It
+    /// must be the operator's own (created 0700; refused if others can write it).
+    #[arg(long, value_name = "DIR")]
+    pub policy_cache_dir: Option<PathBuf>,
+    /// Largest policy module accepted, in MiB, from a registry or a ConfigMap (a ConfigMap
+    /// holds at most 1 MiB anyway) [default: 64].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub policy_max_module_mib: Option<u64>,
 }
+
+/// The default of `--policy-max-module-mib`: well above a Python policy (about 18 MB).
+pub const DEFAULT_MAX_MODULE_MIB: u64 = 64;
 
 /// The default of `--policy-breaker-open-seconds` (`u32`: the flags live in every subcommand's
 /// arguments, which clap keeps by value).
@@ -142,6 +155,14 @@ pub struct PolicySourceArgs {
     /// together [default: 64, one call's cap].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     pub policy_namespace_memory_mib: Option<u64>,
+    /// A registry (HOST, or HOST:PORT) that policy modules are pulled from over plain HTTP
+    /// instead of HTTPS, e.g. a local one; repeatable.
+    #[arg(long = "policy-registry-insecure", value_name = "HOST")]
+    pub registry_insecure: Vec<String>,
+    /// How often a module referenced by tag is looked up again; a moved tag swaps the policy
+    /// to the digest it names now.
+    #[arg(long = "policy-registry-refresh", value_name = "DURATION", default_value = "1m", value_parser = tfjob_policy_logic::duration::parse_go)]
+    pub registry_refresh: std::time::Duration,
     /// Linear memory (MiB) of the policies' budget that only cluster-wide policies may use, so
     /// namespaced policies never leave the policies every job runs without memory [default:
     /// 64, a quarter of the budget].
@@ -209,6 +230,15 @@ impl PolicySourceArgs {
         self.cluster_namespaces.iter().cloned().collect()
     }
 
+    /// The registry client and pulled-module cache of `policies`' engine.
+    pub fn registry(&self, policies: &Policies) -> anyhow::Result<PolicyRegistry> {
+        PolicyRegistry::new(
+            policies,
+            self.registry_insecure.iter().cloned(),
+            self.registry_refresh,
+        )
+    }
+
     /// Reads the `--policy-trusted-key` files; an unreadable or unsupported key is an error
     /// naming its file, so the operator does not start trusting fewer keys than it was given.
     pub fn trusted_keys(&self) -> anyhow::Result<TrustedKeys> {
@@ -249,6 +279,9 @@ pub struct Policies {
     pub builtin: Vec<Arc<ActivePolicy>>,
     /// When a policy that keeps failing stops being called.
     pub breakers: BreakerConfig,
+    /// `--policy-cache-dir`: compiled code is kept there (through the engine) and pulled
+    /// modules too (through [`PolicyRegistry`]).
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Policies {
@@ -257,9 +290,15 @@ impl Policies {
     pub fn load(args: &PolicyArgs, limits: SandboxLimits) -> anyhow::Result<Policies> {
         let limits = SandboxLimits {
             ceiling: args.ceiling.ceiling()?,
+            max_module: (args.policy_max_module_mib.unwrap_or(DEFAULT_MAX_MODULE_MIB) << 20)
+                as usize,
             ..limits
         };
-        let engine = Arc::new(PolicyEngine::new(limits)?);
+        let mut engine = PolicyEngine::new(limits)?;
+        if let Some(dir) = &args.policy_cache_dir {
+            engine = engine.with_compiled_cache(CompiledCache::open(dir)?);
+        }
+        let engine = Arc::new(engine);
         let config = match &args.policy_config {
             Some(path) => load_policy_config(path)?,
             None => PolicyConfig::default(),
@@ -281,6 +320,7 @@ impl Policies {
             registry,
             builtin,
             breakers: args.breakers.config(),
+            cache_dir: args.policy_cache_dir.clone(),
         })
     }
 
@@ -290,6 +330,47 @@ impl Policies {
             WasmPolicies::new(Arc::clone(&self.engine), Arc::clone(&self.registry))
                 .with_breakers(Breakers::new(self.breakers)),
         )
+    }
+}
+
+/// Where policy modules named by reference come from: the registry client (bounded to the
+/// engine's module limit) and the pulled-module cache in `--policy-cache-dir`.
+#[derive(Clone)]
+pub struct PolicyRegistry {
+    pub client: Arc<tfjob_policy_oci::RegistryClient>,
+    pub cache: Option<tfjob_policy_oci::ArtifactCache>,
+    /// How often a tag is resolved again.
+    pub refresh: std::time::Duration,
+}
+
+impl PolicyRegistry {
+    pub fn new(
+        policies: &Policies,
+        insecure: impl IntoIterator<Item = String>,
+        refresh: std::time::Duration,
+    ) -> anyhow::Result<PolicyRegistry> {
+        let limits = tfjob_policy_oci::Limits {
+            max_module_bytes: policies.engine.limits().max_module as u64,
+            ..tfjob_policy_oci::Limits::default()
+        };
+        let cache = match &policies.cache_dir {
+            Some(dir) => Some(tfjob_policy_oci::ArtifactCache::open(dir)?),
+            None => None,
+        };
+        Ok(PolicyRegistry {
+            client: Arc::new(tfjob_policy_oci::RegistryClient::new(limits, insecure)?),
+            cache,
+            refresh,
+        })
+    }
+}
+
+impl std::fmt::Debug for PolicyRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyRegistry")
+            .field("cache", &self.cache)
+            .field("refresh", &self.refresh)
+            .finish_non_exhaustive()
     }
 }
 

@@ -79,6 +79,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_policies_per_namespace: Some(args.sources.max_per_namespace),
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
         trusted_keys: std::sync::Arc::new(trusted_keys),
+        registry: Some(args.sources.registry(&policies)?),
         leader_election: lease_config(&args.leader)?,
         lease_client: Some(LeaseClient(lease_client)),
         api_metrics,

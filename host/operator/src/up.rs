@@ -122,6 +122,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     };
     let trusted_keys = Arc::new(args.sources.trusted_keys()?);
     let policies = Policies::load(&args.policies, limits).context("loading policies")?;
+    let registry = Some(args.sources.registry(&policies)?);
     let faults = match &args.faults {
         Some(path) => {
             let text =
@@ -144,6 +145,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         policy_namespaces: args.sources.namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         trusted_keys,
+        registry,
         // Authorizing, the operator starts once its account and RBAC exist.
         run_operator: !args.no_operator && !args.authorize,
         leader_election: None,

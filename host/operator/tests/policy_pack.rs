@@ -579,7 +579,8 @@ fn checked_in_policy_configmaps_are_current() {
         [
             "deploy/policies/decorate.yaml",
             "deploy/policies/resources.yaml",
-            "deploy/policies/classify.yaml"
+            "deploy/policies/classify.yaml",
+            "deploy/policies/decorate-from-registry.yaml"
         ]
     );
     let update = std::env::var_os("UPDATE_POLICIES").is_some_and(|v| v == "1");
@@ -598,7 +599,18 @@ fn checked_in_policy_configmaps_are_current() {
         }
         // Whatever the bytes, what is checked in is what the operator embeds.
         let cm = parse(&checked_in);
-        let active = configmap::load(&engine(), &cm).unwrap();
+        let active = match configmap::module_reference(&cm).unwrap() {
+            None => configmap::load(&engine(), &cm).unwrap(),
+            // Named in a registry: what the operator loads once it has pulled the default.
+            Some(_) => {
+                let name = configmap::read_manifest(&cm).expect("a manifest").name;
+                let d = defaults::find(&name).expect("a default's name");
+                let source =
+                    configmap::read_referenced(&cm, d.wasm.to_vec(), configmap::Signed::No)
+                        .unwrap();
+                configmap::activate_source(&engine(), source).unwrap()
+            }
+        };
         let d = defaults::find(active.name()).expect("a default's name");
         assert_eq!(active.compiled.digest, sha256(d.wasm), "{file}");
     }

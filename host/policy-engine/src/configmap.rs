@@ -54,6 +54,14 @@ pub const WASM_GZIP_KEY: &str = "policy.wasm.gz";
 pub const MANIFEST_KEY: &str = "policy.yaml";
 /// `data` key of the module's signature: base64, over the decompressed module.
 pub const SIGNATURE_KEY: &str = "policy.wasm.sig";
+/// `data` key of a module reference, `oci://HOST[:PORT]/REPO[:TAG][@sha256:...]`, in place of
+/// the module's bytes: the operator pulls it from the registry.
+pub const MODULE_KEY: &str = "module";
+/// `data` key naming a `kubernetes.io/dockerconfigjson` Secret of the ConfigMap's own namespace
+/// with the registry's credentials.
+pub const PULL_SECRET_KEY: &str = "pullSecret";
+/// The scheme of a module reference.
+pub const MODULE_SCHEME: &str = "oci://";
 /// Prefix of the ConfigMap names `pack` gives; a manifest without `name` takes the ConfigMap's
 /// name without it.
 pub const NAME_PREFIX: &str = "tfjob-policy-";
@@ -77,6 +85,9 @@ pub enum LoadError {
     },
     #[error("binaryData keys {WASM_KEY} and {WASM_GZIP_KEY} are both set; keep one")]
     Ambiguous,
+    /// `module` names a reference and the bytes are there too, or the reference is malformed.
+    #[error("data key {MODULE_KEY}: {0}")]
+    Reference(String),
     #[error("binaryData key {WASM_GZIP_KEY}: not valid gzip: {message}")]
     Decompress { message: String },
     /// The operator trusts keys and the module is unsigned or not signed by one of them.
@@ -105,13 +116,15 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    /// The step that failed, as a metric label: `size`, `missing`, `ambiguous`, `decompress`,
+    /// The step that failed, as a metric label: `size`, `missing`, `ambiguous`, `reference`,
+    /// `decompress`,
     /// `signature`, `manifest`, `digest`, `compile`, `hooks`, `settings` or `limits`.
     pub fn step(&self) -> &'static str {
         match self {
             LoadError::Size { .. } => "size",
             LoadError::Missing { .. } => "missing",
             LoadError::Ambiguous => "ambiguous",
+            LoadError::Reference(_) => "reference",
             LoadError::Decompress { .. } => "decompress",
             LoadError::Signature(_) => "signature",
             LoadError::Manifest(_) => "manifest",
@@ -255,7 +268,97 @@ pub fn read_verified(cm: &ConfigMap, keys: &TrustedKeys) -> Result<PolicySource,
     }
 
     let signed = check_signature(data, binary, &wasm, keys)?;
+    finish(cm, text, wasm, signed)
+}
 
+/// A module reference of a policy ConfigMap, as written (parsed by the puller).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModuleReference {
+    /// `oci://...`, as written.
+    pub reference: String,
+    /// The Secret with the registry's credentials, in the ConfigMap's namespace.
+    pub pull_secret: Option<String>,
+}
+
+/// The module reference `cm` carries instead of a module (`data` key `module`), if any. A
+/// ConfigMap with both a reference and module bytes, or a signature meant for bytes, is
+/// refused: which one would run must not be a guess.
+pub fn module_reference(cm: &ConfigMap) -> Result<Option<ModuleReference>, LoadError> {
+    let Some(reference) = cm.data.as_ref().and_then(|d| d.get(MODULE_KEY)) else {
+        return Ok(None);
+    };
+    let binary = cm.binary_data.as_ref();
+    if binary.is_some_and(|b| b.contains_key(WASM_KEY) || b.contains_key(WASM_GZIP_KEY)) {
+        return Err(LoadError::Reference(format!(
+            "a module reference and binaryData {WASM_KEY} are both set; keep one"
+        )));
+    }
+    let data = cm.data.as_ref().expect("data holds the reference");
+    if data.contains_key(SIGNATURE_KEY) {
+        return Err(LoadError::Reference(format!(
+            "a referenced module is verified by its cosign signature in the registry; remove \
+             data key {SIGNATURE_KEY}"
+        )));
+    }
+    let reference = reference.trim();
+    if !reference.starts_with(MODULE_SCHEME) {
+        return Err(LoadError::Reference(format!(
+            "{:?} is not an {MODULE_SCHEME} reference",
+            tfjob_policy_logic::text::prefix(reference, 120)
+        )));
+    }
+    let pull_secret = match data.get(PULL_SECRET_KEY).map(|s| s.trim()) {
+        None | Some("") => None,
+        Some(name) if check_dns_subdomain(name).is_ok() => Some(name.to_owned()),
+        Some(name) => {
+            return Err(LoadError::Reference(format!(
+                "data key {PULL_SECRET_KEY}: {:?} is not a Secret name",
+                tfjob_policy_logic::text::prefix(name, 120)
+            )));
+        }
+    };
+    Ok(Some(ModuleReference {
+        reference: reference.to_owned(),
+        pull_secret,
+    }))
+}
+
+/// Reads a policy ConfigMap whose module was pulled from the reference it names: `wasm` is the
+/// module as pulled and verified, `signed` what its registry signature verified.
+pub fn read_referenced(
+    cm: &ConfigMap,
+    wasm: Vec<u8>,
+    signed: Signed,
+) -> Result<PolicySource, LoadError> {
+    let data = cm.data.as_ref();
+    let size = data
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum::<usize>();
+    if size > MAX_CONFIGMAP_BYTES {
+        return Err(LoadError::Size {
+            what: format!("the ConfigMap's data ({size} bytes)"),
+            limit: MAX_CONFIGMAP_BYTES,
+        });
+    }
+    let text = data
+        .and_then(|d| d.get(MANIFEST_KEY))
+        .ok_or(LoadError::Missing {
+            section: "data",
+            key: MANIFEST_KEY,
+            hint: "",
+        })?;
+    finish(cm, text, wasm, signed)
+}
+
+/// The steps after the module is at hand: the manifest, the digest and its pin.
+fn finish(
+    cm: &ConfigMap,
+    text: &str,
+    wasm: Vec<u8>,
+    signed: Signed,
+) -> Result<PolicySource, LoadError> {
     let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
     let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
     let manifest = PolicyManifest::from_yaml(text, default_name).map_err(LoadError::Manifest)?;
@@ -486,6 +589,9 @@ pub enum PolicyState {
     Rejected,
     /// Loaded, but another ConfigMap with the same policy name is active instead.
     Superseded,
+    /// Its module is being pulled from a registry (`error` says what is awaited); the previous
+    /// version, if any, serves meanwhile.
+    Pending,
 }
 
 impl PolicyState {
@@ -494,6 +600,7 @@ impl PolicyState {
             PolicyState::Active => "Active",
             PolicyState::Rejected => "Rejected",
             PolicyState::Superseded => "Superseded",
+            PolicyState::Pending => "Pending",
         }
     }
 }
@@ -527,6 +634,10 @@ pub struct PolicyStatus {
     /// The serving version's circuit breaker while it is tripped; absent while calls go through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerStatus>,
+    /// For a module pulled from a registry: the reference the serving version was pulled by,
+    /// pinned to its manifest digest (a tag resolved to the digest it named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
 }
 
 /// A tripped circuit breaker in a [`PolicyStatus`] (see [`crate::breaker`]).
@@ -578,6 +689,7 @@ impl PolicyStatus {
             granted: None,
             signed_by: None,
             breaker: None,
+            module: None,
         }
     }
 
@@ -593,6 +705,7 @@ impl PolicyStatus {
             granted: None,
             signed_by: None,
             breaker: None,
+            module: None,
         }
     }
 
@@ -610,6 +723,7 @@ impl PolicyStatus {
             granted: None,
             signed_by: None,
             breaker: None,
+            module: None,
         }
     }
 

@@ -21,6 +21,7 @@ use tfjob_policy_logic::text;
 
 use crate::bindings::{self, classify, decorate, resources, settings, v0_1};
 use crate::clock::WaitPastDeadline;
+use crate::compiled_cache::CompiledCache;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
 use crate::preinit;
@@ -187,6 +188,8 @@ pub struct PolicyEngine {
     tenants: Tenants,
     /// Compiled components by digest; each slot is locked while its digest compiles.
     compiled: Mutex<HashMap<String, CompileSlot>>,
+    /// Compiled code on disk, kept across restarts.
+    disk: Option<CompiledCache>,
     /// Held by a background preparation while it runs: one at a time, so that many policies
     /// activated together cost one core and one snapshot's memory, not one per policy.
     preparing: Mutex<()>,
@@ -246,6 +249,7 @@ impl PolicyEngine {
             budget,
             limits,
             compiled: Mutex::default(),
+            disk: None,
             preparing: Mutex::default(),
             stop,
             ticker: Some(ticker),
@@ -254,6 +258,17 @@ impl PolicyEngine {
 
     pub fn limits(&self) -> &SandboxLimits {
         &self.limits
+    }
+
+    /// This engine, keeping compiled code in `cache` and loading it from there.
+    pub fn with_compiled_cache(mut self, cache: CompiledCache) -> PolicyEngine {
+        self.disk = Some(cache);
+        self
+    }
+
+    /// The compiled-code cache, if the engine has one.
+    pub fn compiled_cache(&self) -> Option<&CompiledCache> {
+        self.disk.as_ref()
     }
 
     /// Compiles and links a component, once per content digest: concurrent calls with the same
@@ -328,8 +343,38 @@ impl PolicyEngine {
         let binary = wat::parse_bytes(wasm)
             .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
         crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
-        let component = compile_apart(&self.compile_config, &self.engine, &binary).map_err(link)?;
+        let component = match &self.disk {
+            None => compile_apart(&self.compile_config, &self.engine, &binary).map_err(link)?,
+            Some(cache) => self.compile_cached(cache, &digest, &binary)?,
+        };
         self.link(component, digest, wasm.len(), binary.into_owned().into())
+    }
+
+    /// Loads the compiled code of `digest` from `cache`, or compiles and stores it.
+    fn compile_cached(
+        &self,
+        cache: &CompiledCache,
+        digest: &str,
+        binary: &[u8],
+    ) -> Result<Component, EvalError> {
+        let path = cache.path(digest, &self.engine);
+        if let Some(code) = cache.load(&path) {
+            #[allow(unsafe_code)]
+            // SAFETY: `code` is wasmtime's own output for this digest: this engine wrote it
+            // into a directory only the operator's user may write (`private_dir` checked owner
+            // and mode when the cache was opened), and the SHA-256 written with it matched, so
+            // it is whole and unaltered; wasmtime checks its version and settings in turn.
+            let loaded = unsafe { Component::deserialize(&self.engine, &code) };
+            match loaded {
+                Ok(component) => return Ok(component),
+                Err(e) => cache.reject(&path, &e.to_string()),
+            }
+        }
+        let code = Engine::new(&self.compile_config)
+            .and_then(|engine| engine.precompile_component(binary))
+            .map_err(link)?;
+        cache.store(&path, &code);
+        deserialize_fresh(&self.engine, &code).map_err(link)
     }
 
     /// Links a compiled component and finds its hooks.
@@ -934,12 +979,18 @@ pub fn guest_error(e: bindings::PolicyError) -> EvalError {
 /// the code; `deserialize` checks that the two engines' compilation settings agree.
 fn compile_apart(config: &Config, engine: &Engine, binary: &[u8]) -> wasmtime::Result<Component> {
     let code = Engine::new(config)?.precompile_component(binary)?;
+    deserialize_fresh(engine, &code)
+}
+
+/// Loads code `precompile_component` has just returned.
+fn deserialize_fresh(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> {
     #[allow(unsafe_code)]
     // SAFETY: `code` is what `precompile_component` returned a moment ago, in this process,
-    // from an engine with the running engine's compilation settings; it was never written out
-    // or shared, so it is the trusted wasmtime output `Component::deserialize` requires.
+    // from an engine with the running engine's compilation settings; these bytes were never
+    // read back from anywhere (a cache file is a copy), so they are the trusted wasmtime output
+    // `Component::deserialize` requires.
     unsafe {
-        Component::deserialize(engine, &code)
+        Component::deserialize(engine, code)
     }
 }
 

@@ -11,12 +11,14 @@
 //! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam, refusing calls of
 //! a policy whose [`breaker`] tripped after failing again and again. Policies come
 //! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
-//! ([`configmap`]), all through the same activation.
+//! ([`configmap`]), all through the same activation. With a [`compiled_cache`], compiled code
+//! outlives the process.
 
 pub mod bindings;
 pub mod breaker;
 pub mod capabilities;
 pub mod clock;
+pub mod compiled_cache;
 pub mod config;
 pub mod configmap;
 pub mod defaults;

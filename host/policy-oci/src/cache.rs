@@ -8,14 +8,15 @@
 //! the module is pulled again. Entries are written to a temporary directory and renamed into
 //! place, so a crash leaves either the whole entry or none.
 //!
-//! The directory must be the operator's own: [`private_dir`] creates it with mode 0700 and
-//! refuses one that others can write, since compiled code is read from beside it.
+//! The directory must be the operator's own ([`private_dir`] creates it with mode 0700 and
+//! refuses one that others can write), since compiled code is read from beside it.
 
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
+use tfjob_policy_engine::compiled_cache::private_dir;
 use tfjob_policy_engine::signature::TrustedKeys;
 
 use crate::artifact::{digest_of, module_layer};
@@ -31,59 +32,68 @@ pub enum CacheError {
     Entry { digest: String, message: String },
 }
 
-/// Creates `dir` (mode 0700) if needed and checks that it is the operator's own: owned by the
-/// user running it, and writable by no one else.
-pub fn private_dir(dir: &Path) -> Result<(), CacheError> {
-    let fail = |message: String| CacheError::Directory {
-        path: dir.display().to_string(),
-        message,
-    };
-    fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
-    let meta = fs::metadata(dir).map_err(|e| fail(e.to_string()))?;
-    if !meta.is_dir() {
-        return Err(fail("is not a directory".into()));
-    }
-    // Who we are, without libc: the owner of a file we create.
-    let probe =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(format!("is not writable: {e}")))?;
-    let me = probe
-        .as_file()
-        .metadata()
-        .map_err(|e| fail(e.to_string()))?
-        .uid();
-    drop(probe);
-    if meta.uid() != me {
-        return Err(fail(format!(
-            "is owned by uid {}, not by the operator's uid {me}; compiled code is loaded from it, \
-             so it must be the operator's own",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(fail(format!(
-            "mode {:o} lets others write it; compiled code is loaded from it (chmod 700)",
-            meta.mode() & 0o777
-        )));
-    }
-    Ok(())
-}
-
 /// The pulled-module cache under a private directory.
 #[derive(Clone, Debug)]
 pub struct ArtifactCache {
     root: PathBuf,
+    /// `<dir>/tags`: the digest each tag named when last resolved.
+    tags: PathBuf,
 }
 
 impl ArtifactCache {
-    /// Opens (creating) `<dir>/artifacts/sha256` after checking `dir` with [`private_dir`].
+    /// Opens (creating) `<dir>/artifacts/sha256` after checking that `dir` is the operator's own
+    /// ([`private_dir`]).
     pub fn open(dir: &Path) -> Result<ArtifactCache, CacheError> {
-        private_dir(dir)?;
-        let root = dir.join("artifacts").join("sha256");
-        fs::create_dir_all(&root).map_err(|e| CacheError::Directory {
-            path: dir.display().to_string(),
-            message: format!("cannot create {}: {e}", root.display()),
+        private_dir(dir).map_err(|e| CacheError::Directory {
+            path: e.path,
+            message: e.message,
         })?;
-        Ok(ArtifactCache { root })
+        let root = dir.join("artifacts").join("sha256");
+        let tags = dir.join("tags");
+        for sub in [&root, &tags] {
+            fs::create_dir_all(sub).map_err(|e| CacheError::Directory {
+                path: dir.display().to_string(),
+                message: format!("cannot create {}: {e}", sub.display()),
+            })?;
+        }
+        Ok(ArtifactCache { root, tags })
+    }
+
+    fn tag_file(&self, tagged: &ModuleRef) -> PathBuf {
+        let name = format!(
+            "{}/{}:{}",
+            tagged.registry,
+            tagged.repository,
+            tagged.tag.as_deref().unwrap_or("")
+        );
+        self.tags
+            .join(&digest_of(name.as_bytes())["sha256:".len()..])
+    }
+
+    /// Records that `tagged`'s tag named `digest` when it was last resolved, so a restart
+    /// while the registry is away serves what it served before.
+    pub fn remember_tag(&self, tagged: &ModuleRef, digest: &str) -> Result<(), CacheError> {
+        if tagged.tag.is_none() || check_digest(digest).is_err() {
+            return Ok(());
+        }
+        let path = self.tag_file(tagged);
+        let dir = path.parent().expect("a file in the tags directory");
+        let name = path
+            .file_name()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned();
+        write_file(dir, &name, digest.as_bytes()).map_err(|e| CacheError::Entry {
+            digest: digest.to_owned(),
+            message: format!("cannot remember tag {tagged}: {e}"),
+        })
+    }
+
+    /// The digest `tagged`'s tag named when last resolved, if remembered.
+    pub fn recall_tag(&self, tagged: &ModuleRef) -> Option<String> {
+        let text = fs::read_to_string(self.tag_file(tagged)).ok()?;
+        check_digest(text.trim()).ok()?;
+        Some(text.trim().to_owned())
     }
 
     fn entry(&self, digest: &str) -> Option<PathBuf> {

@@ -11,6 +11,7 @@
 //! a ConfigMap may reach by the namespace it lives in.
 
 pub mod metrics;
+pub mod pulls;
 pub mod scope;
 pub mod sources;
 pub mod watch;

@@ -46,6 +46,12 @@ pub enum Attempt {
         manifest: Option<Box<PolicyManifest>>,
         error: String,
     },
+    /// The module is not at hand yet: it is being pulled from a registry. Like a failure, the
+    /// previous version (if any) keeps serving; unlike one, the status says `Pending`.
+    Pending {
+        manifest: Option<Box<PolicyManifest>>,
+        reason: String,
+    },
 }
 
 /// A version that loaded and can serve.
@@ -62,8 +68,10 @@ struct Source {
     /// The ConfigMap's creation time: the newest of several ConfigMaps of one policy serves.
     created: Option<Timestamp>,
     serving: Option<Serving>,
-    /// Why the latest version failed to load, if it did.
+    /// Why the latest version failed to load, if it did (or what it waits for, when pending).
     failure: Option<String>,
+    /// The latest version waits for its module rather than having failed.
+    pending: bool,
     /// The latest readable manifest.
     declared: Option<PolicyManifest>,
     /// `resourceVersion` of the ConfigMap version last attempted (the status is about it).
@@ -142,6 +150,7 @@ impl Sources {
             created,
             serving: None,
             failure: None,
+            pending: false,
             declared: None,
             version: None,
         });
@@ -156,12 +165,21 @@ impl Sources {
                     loaded_at: now,
                 });
                 source.failure = None;
+                source.pending = false;
             }
             Attempt::Failed { manifest, error } => {
                 if let Some(manifest) = manifest {
                     source.declared = Some(*manifest);
                 }
                 source.failure = Some(error);
+                source.pending = false;
+            }
+            Attempt::Pending { manifest, reason } => {
+                if let Some(manifest) = manifest {
+                    source.declared = Some(*manifest);
+                }
+                source.failure = Some(reason);
+                source.pending = true;
             }
         }
     }
@@ -206,7 +224,11 @@ impl Sources {
                         PolicyStatus::superseded(digest, &winner.to_string(), serving.loaded_at)
                     } else if let Some(error) = &source.failure {
                         PolicyStatus {
-                            state: PolicyState::Rejected,
+                            state: if source.pending {
+                                PolicyState::Pending
+                            } else {
+                                PolicyState::Rejected
+                            },
                             error: Some(format!(
                                 "{error} (the previous version {} still serves)",
                                 serving.policy.label()
@@ -231,16 +253,25 @@ impl Sources {
                             });
                         }
                     }
+                    let (state, consequence) = if source.pending {
+                        (PolicyState::Pending, "not applied until it is pulled")
+                    } else {
+                        (
+                            PolicyState::Rejected,
+                            "never loaded: the policy is not applied",
+                        )
+                    };
                     PolicyStatus {
-                        state: PolicyState::Rejected,
+                        state,
                         digest: None,
                         loaded_at: None,
-                        error: Some(format!("{error} (never loaded: the policy is not applied)")),
+                        error: Some(format!("{error} ({consequence})")),
                         resource_version: None,
                         scope: None,
                         granted: None,
                         signed_by: None,
                         breaker: None,
+                        module: None,
                     }
                 }
             };

@@ -33,6 +33,7 @@ use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicyManifest, PolicySet,
 use tokio::sync::watch;
 
 use crate::metrics::SyncMetrics;
+use crate::pulls::{PullState, Puller, Wanted};
 use crate::scope::Scope;
 use crate::sources::{self, Attempt, SourceKey, Sources};
 
@@ -61,6 +62,9 @@ pub struct SyncConfig {
     /// The policies' circuit breakers, shared with the seam that calls the policies: a tripped
     /// one is reported on the ConfigMap of the version it is about.
     pub breakers: Breakers,
+    /// Pulls the modules ConfigMaps name by reference (`data` key `module`); without one such
+    /// ConfigMaps are refused.
+    pub puller: Option<Arc<Puller>>,
 }
 
 /// The default of [`SyncConfig::max_per_namespace`].
@@ -93,6 +97,9 @@ pub struct PolicySync {
     statuses: BTreeMap<SourceKey, configmap::PolicyStatus>,
     /// The key that verified the version each ConfigMap serves (absent: no trusted keys).
     signers: BTreeMap<SourceKey, KeyId>,
+    /// The pinned reference the version each ConfigMap serves was pulled by (absent: the
+    /// module is in the ConfigMap).
+    modules: BTreeMap<SourceKey, String>,
     /// The ConfigMaps whose policy serves, with the version: whose breaker each reports.
     serving: BTreeMap<SourceKey, Arc<ActivePolicy>>,
     /// Whether each ConfigMap was last reported with a tripped breaker, so events mark changes.
@@ -119,6 +126,7 @@ impl PolicySync {
             reported: BTreeMap::new(),
             statuses: BTreeMap::new(),
             signers: BTreeMap::new(),
+            modules: BTreeMap::new(),
             serving: BTreeMap::new(),
             breaker_reported: BTreeMap::new(),
             load_slots: Arc::new(tokio::sync::Semaphore::new(
@@ -155,9 +163,25 @@ impl PolicySync {
         let mut synced_once = false;
         let mut leading = self.config.leading.clone();
         let mut breakers = self.config.breakers.changes();
+        let mut pulls = match &self.config.puller {
+            Some(puller) => puller.changes(),
+            None => watch::channel(0).1,
+        };
         loop {
+            // A pull to retry or a tag to resolve again is due then; the sync starts it.
+            let due = self.config.puller.as_ref().and_then(|p| p.next_due());
             tokio::select! {
                 () = &mut shutdown => return,
+                // A pull ended: load what it brought, or show why it did not.
+                Ok(()) = pulls.changed(), if synced_once => {
+                    pulls.mark_unchanged();
+                    self.sync(&stores).await;
+                    continue;
+                }
+                () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if synced_once && due.is_some() => {
+                    self.sync(&stores).await;
+                    continue;
+                }
                 // A breaker tripped or closed: the statuses say so (nothing to load).
                 Ok(()) = breakers.changed(), if synced_once => {
                     breakers.mark_unchanged();
@@ -219,6 +243,7 @@ impl PolicySync {
             })
             .collect();
         let over_cap = sources::over_cap(&keys, self.config.max_per_namespace);
+        let mut wanted = BTreeSet::new();
         let mut loads = futures::stream::FuturesUnordered::new();
         for cm in &observed {
             let key = source_key(cm);
@@ -249,12 +274,67 @@ impl PolicySync {
                 }
                 continue;
             }
-            let print = fingerprint(cm);
+            let mut print = fingerprint(cm);
+            let mut pulled = None;
+            if let (Ok(Some(reference)), Some(puller)) =
+                (configmap::module_reference(cm), &self.config.puller)
+            {
+                let want = Wanted {
+                    namespace: key.namespace.clone(),
+                    reference: reference.reference,
+                    pull_secret: reference.pull_secret,
+                };
+                let state = puller.state(&want);
+                wanted.insert(want);
+                let (waiting, attempt) = match state {
+                    PullState::Ready(ready) => {
+                        // The same ConfigMap naming a tag that moved is new content.
+                        print = format!("{print}:{}", ready.digest);
+                        pulled = Some(ready);
+                        (String::new(), None)
+                    }
+                    PullState::Pending(reason) => (
+                        format!("pending:{print}:{reason}"),
+                        Some(Attempt::Pending {
+                            manifest: self.unverified_manifest(&key, cm),
+                            reason,
+                        }),
+                    ),
+                    PullState::Failed { error, step } => {
+                        self.metrics.rejected(step, std::time::Duration::ZERO);
+                        (
+                            format!("failed:{print}:{error}"),
+                            Some(Attempt::Failed {
+                                manifest: self.unverified_manifest(&key, cm),
+                                error,
+                            }),
+                        )
+                    }
+                };
+                if let Some(attempt) = attempt {
+                    if !self.sources.is_current(&key, &waiting) {
+                        self.sources.record(
+                            key,
+                            waiting,
+                            created,
+                            version,
+                            attempt,
+                            Timestamp::now(),
+                        );
+                        changed = true;
+                    }
+                    continue;
+                }
+            }
             if self.sources.is_current(&key, &print) {
                 continue;
             }
-            let load = self.load(key.clone(), Arc::clone(cm));
-            loads.push(async move { (key, print, created, version, load.await) });
+            let module = pulled.as_ref().map(|p| p.pinned.to_string());
+            let load = self.load(key.clone(), Arc::clone(cm), pulled);
+            loads.push(async move { (key, print, created, version, load.await, module) });
+        }
+        if let Some(puller) = &self.config.puller {
+            puller.retain(&wanted);
         }
         let gone: Vec<SourceKey> = self
             .sources
@@ -267,18 +347,26 @@ impl PolicySync {
             self.sources.remove(&key);
             self.reported.remove(&key);
             self.signers.remove(&key);
+            self.modules.remove(&key);
             self.breaker_reported.remove(&key);
             changed = true;
         }
         if changed {
             self.swap();
         }
-        while let Some((key, print, created, version, (attempt, signer))) = loads.next().await {
-            // Only a version that loads replaces the serving one, and with it its signer.
+        while let Some((key, print, created, version, (attempt, signer), module)) =
+            loads.next().await
+        {
+            // Only a version that loads replaces the serving one, and with it its signer and
+            // where it was pulled from.
             if matches!(attempt, Attempt::Loaded(_)) {
                 match signer {
                     Some(signer) => self.signers.insert(key.clone(), signer),
                     None => self.signers.remove(&key),
+                };
+                match module {
+                    Some(module) => self.modules.insert(key.clone(), module),
+                    None => self.modules.remove(&key),
                 };
             }
             self.sources
@@ -343,8 +431,24 @@ impl PolicySync {
             // A status with a digest is about the version that serves.
             if status.digest.is_some() {
                 status.signed_by = self.signers.get(key).map(KeyId::to_string);
+                status.module = self.modules.get(key).cloned();
             }
         }
+    }
+
+    /// The manifest a pending or failed pull is tied to, confined to its namespace's scope; none
+    /// with trusted keys, since the module it belongs to is not verified yet.
+    fn unverified_manifest(&self, key: &SourceKey, cm: &ConfigMap) -> Option<Box<PolicyManifest>> {
+        if !self.config.trusted_keys.is_empty() {
+            return None;
+        }
+        let scope = Scope::of(&key.namespace, &self.config.cluster_namespaces);
+        let builtin = self.config.defaults.iter().map(|d| d.name());
+        let mut manifest = configmap::read_manifest(cm)?;
+        scope
+            .confine(&mut manifest, builtin, &self.config.cluster_namespaces)
+            .ok()?;
+        Some(Box::new(manifest))
     }
 
     /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work),
@@ -356,6 +460,7 @@ impl PolicySync {
         &self,
         key: SourceKey,
         cm: Arc<ConfigMap>,
+        pulled: Option<Arc<tfjob_policy_oci::Pulled>>,
     ) -> impl Future<Output = (Attempt, Option<KeyId>)> + use<> {
         let engine = Arc::clone(&self.engine);
         let keys = Arc::clone(&self.config.trusted_keys);
@@ -400,7 +505,7 @@ impl PolicySync {
                     // The slot is held until the thread is done, also when the wait for it was
                     // abandoned: an abandoned compile still uses its core.
                     let _slot = slot;
-                    watch.attach(|| match configmap::read_verified(&cm, &keys) {
+                    watch.attach(|| match read(&cm, &keys, pulled.as_deref()) {
                         Err(e) => Err((e.step(), e.to_string())),
                         Ok(mut source) => match confine(&mut source.manifest) {
                             Err(e) => Err(("scope", e)),
@@ -510,6 +615,11 @@ impl PolicySync {
                 "PolicyRejected",
                 status.error.clone().unwrap_or_else(|| "rejected".into()),
             ),
+            PolicyState::Pending => (
+                "Normal",
+                "PolicyPending",
+                status.error.clone().unwrap_or_else(|| "pending".into()),
+            ),
         };
         self.reported.insert(key.clone(), now_reported);
         self.publish(cm, key, ("LoadPolicy", type_, reason), &note)
@@ -585,6 +695,28 @@ impl PolicySync {
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(configmap = %key, error = %e, "could not publish the policy event");
         }
+    }
+}
+
+/// Reads a ConfigMap up to its compilation: with the module pulled from the reference it names,
+/// or from its own bytes.
+fn read(
+    cm: &ConfigMap,
+    keys: &TrustedKeys,
+    pulled: Option<&tfjob_policy_oci::Pulled>,
+) -> Result<configmap::PolicySource, configmap::LoadError> {
+    match (configmap::module_reference(cm)?, pulled) {
+        (None, _) => configmap::read_verified(cm, keys),
+        (Some(_), Some(pulled)) => {
+            let signed = match &pulled.signed_by {
+                Some(key) => configmap::Signed::By(key.clone()),
+                None => configmap::Signed::No,
+            };
+            configmap::read_referenced(cm, pulled.module.clone(), signed)
+        }
+        (Some(_), None) => Err(configmap::LoadError::Reference(
+            "this operator pulls no modules from registries".into(),
+        )),
     }
 }
 
