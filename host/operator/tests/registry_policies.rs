@@ -393,3 +393,85 @@ fn refused_modules_leave_the_previous_version_serving_and_say_why() {
             .contains("a module reference and binaryData policy.wasm are both set")
     );
 }
+
+#[test]
+fn credentials_come_from_the_pull_secret_in_the_configmaps_namespace() {
+    let mut env = Env::start();
+    env.registry.stop();
+    env.registry = Registry::start_authenticated();
+    let dir = tempfile::tempdir().unwrap();
+    let host = env.registry.host();
+    let auth = write(
+        dir.path(),
+        "config.json",
+        env.registry
+            .docker_config(common::registry::PASSWORD)
+            .as_bytes(),
+    );
+    let tag = format!("{host}/team/private:v1");
+    push(
+        dir.path(),
+        &module("private"),
+        &tag,
+        &["--auth-file", &auth],
+    );
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.cluster.client(), POLICY_NS);
+    let secret = |name: &str, password: &str| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, env.registry.docker_config(password))},
+        }))
+        .unwrap()
+    };
+    env.cluster.runtime.block_on(async {
+        secrets
+            .create(
+                &PostParams::default(),
+                &secret("good", common::registry::PASSWORD),
+            )
+            .await
+            .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret("stale", "an-old-password"))
+            .await
+            .unwrap();
+    });
+    let _running = env.operator(&[]);
+    let with_secret = |name: &str, secret: Option<&str>| {
+        let mut cm = referencing(name, &tag, name);
+        if let Some(secret) = secret {
+            cm.data
+                .as_mut()
+                .unwrap()
+                .insert("pullSecret".into(), secret.into());
+        }
+        cm
+    };
+    env.apply(&with_secret("good", Some("good")));
+    env.apply(&with_secret("stale", Some("stale")));
+    env.apply(&with_secret("anonymous", None));
+    env.status_until("tfjob-policy-good", "Active", |s| {
+        s.state == PolicyState::Active
+    });
+    let refused = env.status_until("tfjob-policy-stale", "Rejected", |s| {
+        s.state == PolicyState::Rejected
+    });
+    assert!(
+        refused
+            .error
+            .unwrap()
+            .contains("the credentials given were refused")
+    );
+    let anonymous = env.status_until("tfjob-policy-anonymous", "Rejected", |s| {
+        s.state == PolicyState::Rejected
+    });
+    assert!(
+        anonymous
+            .error
+            .unwrap()
+            .contains("asks for a password and none is given")
+    );
+}

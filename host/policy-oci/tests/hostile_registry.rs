@@ -2,106 +2,16 @@
 //! answers slowly, endlessly, hugely, with the wrong bytes, with redirects elsewhere, or not at
 //! all. Every pull must end, within its bounds, with an error naming what happened.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::{Answer, Request, ok, serve};
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_oci::artifact::{Artifact, digest_of};
 use tfjob_policy_oci::{Credentials, Limits, ModuleRef, PullError, RegistryClient, RegistryError};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
-
-/// How the fake registry answers one request.
-#[derive(Clone)]
-enum Answer {
-    /// Status, extra headers, body (with its Content-Length).
-    Full(u16, Vec<(String, String)>, Vec<u8>),
-    /// 200 with a chunked body that never ends.
-    Endless,
-    /// 200 with headers, then one byte a second.
-    Trickle,
-    /// Reads the request and never answers.
-    Silent,
-}
-
-type Script = Arc<dyn Fn(&str) -> Answer + Send + Sync>;
-
-/// Serves `script` (request path to answer) on a loopback port until the test ends.
-async fn serve(script: impl Fn(&str) -> Answer + Send + Sync + 'static) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let script: Script = Arc::new(script);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(answer(stream, Arc::clone(&script)));
-        }
-    });
-    addr
-}
-
-async fn answer(mut stream: TcpStream, script: Script) {
-    loop {
-        let mut request = Vec::new();
-        let mut byte = [0u8; 1];
-        while !request.ends_with(b"\r\n\r\n") {
-            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                return;
-            }
-            request.push(byte[0]);
-        }
-        let text = String::from_utf8_lossy(&request);
-        let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        let result = match script(&path) {
-            Answer::Full(status, headers, body) => {
-                let mut head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
-                for (k, v) in headers {
-                    head.push_str(&format!("{k}: {v}\r\n"));
-                }
-                head.push_str("\r\n");
-                let mut out = head.into_bytes();
-                out.extend_from_slice(&body);
-                stream.write_all(&out).await
-            }
-            Answer::Endless => {
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                    .await;
-                let chunk = format!("{:x}\r\n{}\r\n", 65536, "x".repeat(65536));
-                loop {
-                    if stream.write_all(chunk.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Answer::Trickle => {
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
-                    .await;
-                loop {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    if stream.write_all(b"{").await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Answer::Silent => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                return;
-            }
-        };
-        if result.is_err() {
-            return;
-        }
-    }
-}
-
-fn ok(body: &[u8]) -> Answer {
-    Answer::Full(200, Vec::new(), body.to_vec())
-}
 
 fn limits() -> Limits {
     Limits {
@@ -130,13 +40,13 @@ fn artifact() -> Artifact {
 }
 
 /// A registry that serves `artifact()` but answers `blob` for the layer.
-fn serving(blob: Answer) -> impl Fn(&str) -> Answer + Send + Sync + 'static {
+fn serving(blob: Answer) -> impl Fn(&Request) -> Answer + Send + Sync + 'static {
     let artifact = artifact();
     let layer = digest_of(MODULE);
-    move |path: &str| {
-        if path.contains("/manifests/") {
+    move |r: &Request| {
+        if r.path.contains("/manifests/") {
             ok(&artifact.manifest)
-        } else if path.ends_with(&layer) {
+        } else if r.path.ends_with(&layer) {
             blob.clone()
         } else {
             Answer::Full(404, Vec::new(), Vec::new())
@@ -153,7 +63,7 @@ async fn a_well_behaved_fake_registry_serves_the_module() {
 
 #[tokio::test]
 async fn a_manifest_that_never_ends_is_cut_at_its_limit() {
-    let addr = serve(|_: &str| Answer::Endless).await;
+    let addr = serve(|_: &Request| Answer::Endless).await;
     let (result, took) = pull_from(addr, "p:v1").await;
     let e = result.unwrap_err();
     assert!(
@@ -168,7 +78,7 @@ async fn a_manifest_that_never_ends_is_cut_at_its_limit() {
 
 #[tokio::test]
 async fn a_huge_declared_manifest_is_refused_before_its_body() {
-    let addr = serve(|_: &str| Answer::Full(200, Vec::new(), vec![b' '; 10 << 20])).await;
+    let addr = serve(|_: &Request| Answer::Full(200, Vec::new(), vec![b' '; 10 << 20])).await;
     let (result, _) = pull_from(addr, "p:v1").await;
     let e = result.unwrap_err().to_string();
     assert!(e.contains("more than 65536 bytes"), "{e}");
@@ -177,7 +87,7 @@ async fn a_huge_declared_manifest_is_refused_before_its_body() {
 #[tokio::test]
 async fn a_registry_that_trickles_or_stays_silent_times_out() {
     for answer in [Answer::Trickle, Answer::Silent] {
-        let addr = serve(move |_: &str| answer.clone()).await;
+        let addr = serve(move |_: &Request| answer.clone()).await;
         let (result, took) = pull_from(addr, "p:v1").await;
         let e = result.unwrap_err();
         assert!(
@@ -234,7 +144,7 @@ async fn a_manifest_other_than_the_pinned_digest_is_refused() {
     assert!(e.to_string().contains("expected digest sha256:111"), "{e}");
     // A registry whose own digest header disagrees with the bytes it sent.
     let manifest = artifact().manifest;
-    let addr = serve(move |_: &str| {
+    let addr = serve(move |_: &Request| {
         let header = (
             "Docker-Content-Digest".into(),
             format!("sha256:{}", "2".repeat(64)),
@@ -256,8 +166,8 @@ async fn a_layer_over_the_module_limit_is_refused_before_it_is_fetched() {
     let bytes = serde_json::to_vec(&manifest).unwrap();
     let fetched = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = Arc::clone(&fetched);
-    let addr = serve(move |path: &str| {
-        if path.contains("/blobs/") {
+    let addr = serve(move |r: &Request| {
+        if r.path.contains("/blobs/") {
             seen.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         ok(&bytes)
@@ -277,8 +187,8 @@ async fn a_redirect_to_another_host_is_not_followed() {
     let elsewhere = serve(serving(ok(MODULE))).await;
     let layer = digest_of(MODULE);
     let manifest = artifact().manifest;
-    let addr = serve(move |path: &str| {
-        if path.contains("/manifests/") {
+    let addr = serve(move |r: &Request| {
+        if r.path.contains("/manifests/") {
             ok(&manifest)
         } else {
             let to = format!("http://localhost:{}/v2/p/blobs/{layer}", elsewhere.port());
@@ -302,18 +212,18 @@ async fn a_manifest_of_the_wrong_kind_is_refused_by_name() {
     let mut manifest: serde_json::Value = serde_json::from_slice(&artifact().manifest).unwrap();
     manifest["layers"][0]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+gzip".into();
     let bytes = serde_json::to_vec(&manifest).unwrap();
-    let addr = serve(move |_: &str| ok(&bytes)).await;
+    let addr = serve(move |_: &Request| ok(&bytes)).await;
     let e = pull_from(addr, "p:v1").await.0.unwrap_err();
     assert_eq!(e.step(), "artifact");
     assert!(e.to_string().contains("expected application/wasm"), "{e}");
-    let addr = serve(|_: &str| ok(b"<html>not json</html>")).await;
+    let addr = serve(|_: &Request| ok(b"<html>not json</html>")).await;
     let e = pull_from(addr, "p:v1").await.0.unwrap_err();
     assert!(e.to_string().contains("not valid JSON"), "{e}");
 }
 
 #[tokio::test]
 async fn a_registry_that_demands_credentials_none_were_given_for_says_so() {
-    let addr = serve(|_: &str| {
+    let addr = serve(|_: &Request| {
         let challenge = ("WWW-Authenticate".into(), "Basic realm=\"r\"".into());
         Answer::Full(401, vec![challenge], Vec::new())
     })

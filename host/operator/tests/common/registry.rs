@@ -10,25 +10,49 @@ use std::time::{Duration, Instant};
 /// The registry binary.
 const BINARY: &str = "docker-registry";
 
+/// The user of [`Registry::start_authenticated`], and its password.
+pub const USER: &str = "ci";
+pub const PASSWORD: &str = "pull-s3cret";
+/// `PASSWORD`'s bcrypt hash (cost 4), as `htpasswd -B` writes it: the registry takes no other.
+const PASSWORD_BCRYPT: &str = "$2b$04$yhPXoesOCOTK1drBrPyFkut.Cnc3CdCenEdpJV1ocr7tbArkhpoH.";
+
 /// A running registry.
 pub struct Registry {
     pub addr: SocketAddr,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    authenticated: bool,
 }
 
 impl Registry {
     /// Starts a registry on a free loopback port, waiting until it answers `/v2/`.
     pub fn start() -> Registry {
+        Registry::started(false)
+    }
+
+    /// A registry that answers only [`USER`] with [`PASSWORD`] (HTTP basic authentication).
+    pub fn start_authenticated() -> Registry {
+        Registry::started(true)
+    }
+
+    fn started(authenticated: bool) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let addr = free_port();
         let mut registry = Registry {
             addr,
             child: None,
             dir,
+            authenticated,
         };
         registry.resume();
         registry
+    }
+
+    /// A Docker config with [`USER`]'s credentials for this registry, as JSON.
+    pub fn docker_config(&self, password: &str) -> String {
+        use base64::Engine as _;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{password}"));
+        format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, self.addr)
     }
 
     /// `127.0.0.1:PORT`, as a reference's registry part.
@@ -48,15 +72,20 @@ impl Registry {
     pub fn resume(&mut self) {
         assert!(self.child.is_none(), "the registry runs already");
         let config = self.dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {}\n",
-                self.dir.path().join("data").display(),
-                self.addr
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {}\n",
+            self.dir.path().join("data").display(),
+            self.addr
+        );
+        if self.authenticated {
+            let htpasswd = self.dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{USER}:{PASSWORD_BCRYPT}\n")).unwrap();
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: registry\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
         let child = Command::new(BINARY)
             .arg("serve")
             .arg(&config)
@@ -105,9 +134,9 @@ fn free_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// Whether `GET /v2/` answers 200.
+/// Whether `GET /v2/` answers (200, or 401 when it asks for a password).
 fn answers(addr: SocketAddr) -> bool {
-    super::http_get(addr, "/v2/").is_some_and(|(code, _)| code == 200)
+    super::http_get(addr, "/v2/").is_some_and(|(code, _)| code == 200 || code == 401)
 }
 
 /// `skopeo` with `args`, plain HTTP allowed; its stdout, or a failed test with its stderr.
