@@ -33,8 +33,8 @@ use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus};
 use tfjob_policy_engine::field_diff;
 use tfjob_policy_engine::policies::APPLIED_ANNOTATION;
 use tfjob_policy_engine::{
-    ActivePolicy, Breakers, PolicyEngine, PolicyManifest, PolicySet, Registry, SandboxLimits,
-    WasmPolicies, activate,
+    ActivePolicy, Breakers, PolicyEngine, PolicyManifest, PolicySet, Registry, WasmPolicies,
+    activate,
 };
 
 /// Differences reported per pod at most; the count says if there were more.
@@ -175,7 +175,9 @@ pub struct Refusal {
 
 /// Runs the subcommand: reads the cluster, compares, returns the text to print.
 pub fn main(args: &DiffArgs) -> anyhow::Result<String> {
-    let engine = Arc::new(PolicyEngine::new(SandboxLimits::default())?);
+    let engine = Arc::new(PolicyEngine::new(
+        tfjob_operator::policy_setup::operator_limits(),
+    )?);
     let cluster_wide = cluster_namespaces(args);
     let candidate = candidate(&engine, args, &cluster_wide)?;
     let runtime = tokio::runtime::Builder::new_current_thread()

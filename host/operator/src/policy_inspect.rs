@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use serde_json::{Value, json};
-use tfjob_policy_engine::{PolicyEngine, PolicyManifest, SandboxLimits};
+use tfjob_policy_engine::{PolicyEngine, PolicyManifest};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -26,7 +26,9 @@ pub fn main(args: &InspectArgs) -> anyhow::Result<Value> {
 }
 
 fn engine() -> anyhow::Result<PolicyEngine> {
-    Ok(PolicyEngine::new(SandboxLimits::default())?)
+    Ok(PolicyEngine::new(
+        tfjob_operator::policy_setup::operator_limits(),
+    )?)
 }
 
 fn inspect(

@@ -173,8 +173,7 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
     // ConfigMap; here everything the manifest can declare is allowed.
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: Capabilities::everything(),
-        max_module: (tfjob_operator::policy_setup::DEFAULT_MAX_MODULE_MIB << 20) as usize,
-        ..SandboxLimits::default()
+        ..tfjob_operator::policy_setup::operator_limits()
     })?;
     if let Some(reference) = &args.module_ref {
         return referencing(args, cm, reference, wasm, &engine);

@@ -46,6 +46,15 @@ pub struct PolicyArgs {
 /// The default of `--policy-max-module-mib`: well above a Python policy (about 18 MB).
 pub const DEFAULT_MAX_MODULE_MIB: u64 = 64;
 
+/// The limits the operator runs policies with by default, for the tools that run a policy as
+/// the operator would (`policy test`, `--suite`, `inspect`, `pack`, `diff`).
+pub fn operator_limits() -> SandboxLimits {
+    SandboxLimits {
+        max_module: (DEFAULT_MAX_MODULE_MIB << 20) as usize,
+        ..SandboxLimits::default()
+    }
+}
+
 /// The default of `--policy-breaker-open-seconds` (`u32`: the flags live in every subcommand's
 /// arguments, which clap keeps by value).
 const DEFAULT_OPEN_SECONDS: u32 = 10;

@@ -112,7 +112,7 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
     }
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: args.ceiling.ceiling()?,
-        ..SandboxLimits::default()
+        ..tfjob_operator::policy_setup::operator_limits()
     })?;
     let settings = settings_value(args.settings.as_deref())?;
     let name = &source.name;

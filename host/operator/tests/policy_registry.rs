@@ -7,9 +7,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::registry::{Registry, skopeo};
+use common::registry::{Registry, publish_with_skopeo, skopeo};
 use common::{expect_failure, expect_success, operator, run, write};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tfjob_policy_engine::defaults;
 
@@ -191,45 +191,8 @@ fn push_writes_a_wasm_artifact_other_tools_read_and_pull_verifies_its_signature(
 fn an_artifact_published_by_another_tool_is_pulled() {
     let registry = Registry::start();
     let dir = tempfile::tempdir().unwrap();
-    // An OCI image layout written by hand, as a build tool would, then published by skopeo.
-    let layout = dir.path().join("layout");
-    let blobs = layout.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).unwrap();
-    let put = |bytes: &[u8]| {
-        let digest = sha256(bytes);
-        std::fs::write(blobs.join(&digest[7..]), bytes).unwrap();
-        digest
-    };
-    let config = br#"{"architecture":"wasm","os":"wasip2","layerDigests":[]}"#;
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": put(config), "size": config.len()},
-        "layers": [{"mediaType": "application/wasm", "digest": put(decorate_wasm()), "size": decorate_wasm().len()}],
-    }))
-    .unwrap();
-    let manifest_digest = put(&manifest);
-    std::fs::write(
-        layout.join("oci-layout"),
-        br#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .unwrap();
-    let index = json!({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
-        "size": manifest.len(), "annotations": {"org.opencontainers.image.ref.name": "v1"}}]});
-    std::fs::write(
-        layout.join("index.json"),
-        serde_json::to_vec(&index).unwrap(),
-    )
-    .unwrap();
     let target = format!("{}/other-tool/decorate:v1", registry.host());
-    skopeo(&[
-        "copy",
-        "--dest-tls-verify=false",
-        "--preserve-digests",
-        &format!("oci:{}:v1", layout.display()),
-        &format!("docker://{target}"),
-    ]);
+    let manifest_digest = publish_with_skopeo(dir.path(), decorate_wasm(), &target);
 
     let out_file = dir.path().join("pulled.wasm");
     let out = policy(&[

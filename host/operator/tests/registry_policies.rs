@@ -201,8 +201,30 @@ fn a_referenced_policy_decorates_follows_its_tag_and_restarts_from_the_cache() {
         s.state == PolicyState::Active
     });
 
+    // Published by another tool (skopeo, from an OCI layout), loaded all the same.
+    let foreign_target = format!("{host}/other-tool/labeler:v1");
+    let foreign_digest =
+        common::registry::publish_with_skopeo(dir.path(), &module("foreign"), &foreign_target);
+    env.apply(&referencing("foreign", &foreign_target, "skopeo"));
+    let foreign = env.status_until("tfjob-policy-foreign", "Active", |s| {
+        s.state == PolicyState::Active
+    });
+    assert!(
+        foreign
+            .module
+            .as_deref()
+            .unwrap()
+            .ends_with(&foreign_digest),
+        "{foreign:?}"
+    );
+
     env.cluster.submit("ml", "first");
     let labels = env.pod_labels("first");
+    assert_eq!(
+        labels.get("from-foreign").map(String::as_str),
+        Some("skopeo"),
+        "{labels:?}"
+    );
     assert_eq!(
         labels.get("from-labeler").map(String::as_str),
         Some("registry"),

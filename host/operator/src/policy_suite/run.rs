@@ -70,7 +70,7 @@ pub struct Overrides<'a> {
 pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: args.ceiling.ceiling()?,
-        ..SandboxLimits::default()
+        ..tfjob_operator::policy_setup::operator_limits()
     })?;
     let manifest = match args.manifest {
         Some(path) => Some((

@@ -154,3 +154,49 @@ pub fn skopeo(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Publishes `module` as `target` (`HOST:PORT/REPO:TAG`) the way another tool would: an OCI image
+/// layout of a Wasm artifact written by hand in `dir`, copied to the registry by skopeo.
+/// Returns the manifest's digest.
+pub fn publish_with_skopeo(dir: &Path, module: &[u8], target: &str) -> String {
+    use sha2::Digest as _;
+    let sha256 = |bytes: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)));
+    let layout = dir.join("oci-layout-dir");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let digest = sha256(bytes);
+        std::fs::write(blobs.join(&digest[7..]), bytes).unwrap();
+        digest
+    };
+    let config = br#"{"architecture":"wasm","os":"wasip2","layerDigests":[]}"#;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": put(config), "size": config.len()},
+        "layers": [{"mediaType": "application/wasm", "digest": put(module), "size": module.len()}],
+    }))
+    .unwrap();
+    let manifest_digest = put(&manifest);
+    std::fs::write(
+        layout.join("oci-layout"),
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let index = serde_json::json!({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+        "size": manifest.len(), "annotations": {"org.opencontainers.image.ref.name": "v1"}}]});
+    std::fs::write(
+        layout.join("index.json"),
+        serde_json::to_vec(&index).unwrap(),
+    )
+    .unwrap();
+    skopeo(&[
+        "copy",
+        "--dest-tls-verify=false",
+        "--preserve-digests",
+        &format!("oci:{}:v1", layout.display()),
+        &format!("docker://{target}"),
+    ]);
+    manifest_digest
+}
