@@ -1,4 +1,12 @@
-//! `tfjob-operator policy new NAME`: a ready-to-build policy crate for a platform team.
+//! `tfjob-operator policy new NAME [--lang rust|python|js]`: a ready-to-build policy project
+//! for a platform team.
+//!
+//! Python and JavaScript projects carry the operator's SDK for their language (from
+//! `guest-policies/sdk-python` and `sdk-js`, as this binary was built with them), the contract's
+//! WIT, a policy file, the same test suite as a Rust crate, and a one-command build with the
+//! tool pinned: `python3 build.py` (componentize-py into `.venv`) or `npm run build`
+//! (componentize-js, from the lock file the SDK carries). The rest of this paragraph is about
+//! Rust, the default.
 //!
 //! Starting a policy from the SDK's README means copying a manifest, a WIT file and a skeleton
 //! and getting each detail right (the crate type, the workspace table, the world, the settings
@@ -37,14 +45,58 @@ const README_MD: &str = include_str!("../templates/policy-new/README.md");
 const GITIGNORE: &str = include_str!("../templates/policy-new/gitignore");
 const WORKER_POD: &str = include_str!("../templates/policy-new/worker.yaml");
 const OOM_KILLED_POD: &str = include_str!("../templates/policy-new/oom-killed.yaml");
+const PYTHON_APP: &str = include_str!("../templates/policy-new/python/app.py");
+const PYTHON_BUILD: &str = include_str!("../templates/policy-new/python/build.py");
+const PYTHON_README: &str = include_str!("../templates/policy-new/python/README.md");
+const PYTHON_GITIGNORE: &str = include_str!("../templates/policy-new/python/gitignore");
+const JS_POLICY: &str = include_str!("../templates/policy-new/js/policy.js");
+const JS_PACKAGE: &str = include_str!("../templates/policy-new/js/package.json");
+const JS_README: &str = include_str!("../templates/policy-new/js/README.md");
+const JS_GITIGNORE: &str = include_str!("../templates/policy-new/js/gitignore");
+
+/// The language a policy is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// A Rust crate on the Rust SDK, built with cargo for `wasm32-wasip2`.
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
+}
+
+impl Lang {
+    /// The command that builds the component, run in the project's directory.
+    fn build_command(self) -> &'static str {
+        match self {
+            Lang::Rust => "cargo build --release --target wasm32-wasip2",
+            Lang::Python => "python3 build.py",
+            Lang::Js => "npm run build",
+        }
+    }
+
+    /// Where the build writes the component, relative to the project.
+    fn component(self, name: &str) -> String {
+        match self {
+            Lang::Rust => format!(
+                "target/wasm32-wasip2/release/{}.wasm",
+                name.replace('-', "_")
+            ),
+            Lang::Python | Lang::Js => "policy.wasm".into(),
+        }
+    }
+}
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  tfjob-operator policy new team-labels\n  tfjob-operator policy new gpu-limits --hooks decorate,resources --dir policies/gpu-limits\n  tfjob-operator policy new oom-permanent --hooks classify --sdk-path ../tfjob-operator/guest-policies/sdk\n\nThen: cd NAME && cargo build --release --target wasm32-wasip2 (the printed next steps run its test suite)."
+    after_help = "Examples:\n  tfjob-operator policy new team-labels\n  tfjob-operator policy new team-labels --lang python\n  tfjob-operator policy new oom-permanent --lang js --hooks classify\n  tfjob-operator policy new gpu-limits --hooks decorate,resources --dir policies/gpu-limits\n  tfjob-operator policy new oom-permanent --hooks classify --sdk-path ../tfjob-operator/guest-policies/sdk\n\nThen: cd NAME && cargo build --release --target wasm32-wasip2 (the printed next steps run its test suite)."
 )]
 pub struct NewArgs {
     /// The policy's name: a DNS label (lower-case letters, digits, `-`), also the crate's name.
     pub name: String,
+    /// The language to write it in.
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: Lang,
     /// The hooks it implements, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "decorate", value_parser = parse_hook)]
     pub hooks: Vec<Hook>,
@@ -53,7 +105,7 @@ pub struct NewArgs {
     pub dir: Option<PathBuf>,
     /// The SDK crate (`guest-policies/sdk` of the operator's repository) to depend on by path
     /// [default: this repository's, when DIR is inside a checkout of it; else the SDK this
-    /// binary carries, written into the crate's `vendor/`].
+    /// binary carries, written into the crate's `vendor/`]. Rust only.
     #[arg(long, value_name = "DIR")]
     pub sdk_path: Option<PathBuf>,
 }
@@ -71,6 +123,8 @@ pub enum NewError {
     Hooks(String),
     #[error("--dir {}: {reason}", dir.display())]
     Dir { dir: PathBuf, reason: String },
+    #[error("--sdk-path: {0}")]
+    SdkLang(String),
     #[error("--sdk-path {}: {reason}", dir.display())]
     Sdk { dir: PathBuf, reason: String },
     #[error("writing {}: {source}", path.display())]
@@ -323,12 +377,8 @@ pub struct Generated {
     pub sdk: SdkDependency,
 }
 
-/// The files of the crate, path relative to its directory, for `hooks`.
-pub fn files(
-    name: &str,
-    hooks: &[Hook],
-    sdk: &SdkDependency,
-) -> Result<Vec<(PathBuf, String)>, String> {
+/// The template values every language shares.
+fn values(name: &str, hooks: &[Hook], lang: Lang) -> BTreeMap<&'static str, String> {
     let mut values = BTreeMap::new();
     values.insert("name", name.to_owned());
     values.insert("crate_name", name.replace('-', "_"));
@@ -336,7 +386,8 @@ pub fn files(
     let names: Vec<&str> = hooks.iter().map(|h| h.as_str()).collect();
     values.insert("hooks", names.join(", "));
     values.insert("hooks_flag", names.join(","));
-    values.insert("sdk_dependency", sdk.toml());
+    values.insert("build_command", lang.build_command().to_owned());
+    values.insert("component", lang.component(name));
     let mut example = Vec::new();
     if hooks.contains(&Hook::Decorate) {
         example.push(r#""team": "ml""#);
@@ -356,20 +407,48 @@ pub fn files(
     };
     values.insert("first_pod", pod.to_owned());
     values.insert("first_now", now.to_owned());
+    values
+}
 
+/// The files of the project, path relative to its directory, for `hooks` in `lang` (`sdk`
+/// matters for Rust only).
+pub fn files(
+    name: &str,
+    hooks: &[Hook],
+    lang: Lang,
+    sdk: &SdkDependency,
+) -> Result<Vec<(PathBuf, String)>, String> {
+    let mut values = values(name, hooks, lang);
+    values.insert("sdk_dependency", sdk.toml());
     let render = |t: &str| render(t, hooks, &values);
-    let mut out = vec![
-        (PathBuf::from("Cargo.toml"), render(CARGO_TOML)?),
-        (PathBuf::from("README.md"), render(README_MD)?),
-        (PathBuf::from(".gitignore"), GITIGNORE.to_owned()),
-        (PathBuf::from("src/lib.rs"), render(LIB_RS)?),
+    let mut out = match lang {
+        Lang::Rust => vec![
+            (PathBuf::from("Cargo.toml"), render(CARGO_TOML)?),
+            (PathBuf::from("README.md"), render(README_MD)?),
+            (PathBuf::from(".gitignore"), GITIGNORE.to_owned()),
+            (PathBuf::from("src/lib.rs"), render(LIB_RS)?),
+        ],
+        Lang::Python => vec![
+            (PathBuf::from("app.py"), render(PYTHON_APP)?),
+            (PathBuf::from("build.py"), render(PYTHON_BUILD)?),
+            (PathBuf::from("README.md"), render(PYTHON_README)?),
+            (PathBuf::from(".gitignore"), PYTHON_GITIGNORE.to_owned()),
+        ],
+        Lang::Js => vec![
+            (PathBuf::from("policy.js"), render(JS_POLICY)?),
+            (PathBuf::from("package.json"), render(JS_PACKAGE)?),
+            (PathBuf::from("README.md"), render(JS_README)?),
+            (PathBuf::from(".gitignore"), JS_GITIGNORE.to_owned()),
+        ],
+    };
+    out.extend([
         (PathBuf::from("wit/world.wit"), render(WORLD_WIT)?),
         (
             PathBuf::from("wit/deps/tfjob-policy/policy.wit"),
             CONTRACT_WIT.to_owned(),
         ),
         (PathBuf::from("tests/suite.yaml"), render(SUITE_YAML)?),
-    ];
+    ]);
     if hooks.iter().any(|h| *h != Hook::Classify) {
         out.push((
             PathBuf::from("tests/pods/worker.yaml"),
@@ -382,8 +461,11 @@ pub fn files(
             OOM_KILLED_POD.to_owned(),
         ));
     }
-    if *sdk == SdkDependency::Vendored {
-        out.extend(crate::sdk_bundle::files());
+    match lang {
+        Lang::Rust if *sdk == SdkDependency::Vendored => out.extend(crate::sdk_bundle::files()),
+        Lang::Rust => {}
+        Lang::Python => out.extend(crate::sdk_bundle::python_files()),
+        Lang::Js => out.extend(crate::sdk_bundle::js_files(name)),
     }
     Ok(out)
 }
@@ -409,6 +491,11 @@ fn hooks_in_order(hooks: &[Hook]) -> Result<Vec<Hook>, NewError> {
 /// Writes the crate. The directory must not exist, or be empty.
 pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
     check_name(&args.name)?;
+    if args.sdk_path.is_some() && args.lang != Lang::Rust {
+        return Err(NewError::SdkLang(
+            "only for --lang rust; Python and JavaScript projects carry their SDK".into(),
+        ));
+    }
     let hooks = hooks_in_order(&args.hooks)?;
     let dir = args
         .dir
@@ -437,9 +524,14 @@ pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
         Err(e) => return Err(refuse(e.to_string())),
     };
     let real = dir.canonicalize().map_err(|e| refuse(e.to_string()))?;
-    let result = sdk_dependency(&real, args.sdk_path.as_deref()).and_then(|sdk| {
-        let files =
-            files(&args.name, &hooks, &sdk).map_err(|e| refuse(format!("template: {e}")))?;
+    let sdk = match args.lang {
+        Lang::Rust => sdk_dependency(&real, args.sdk_path.as_deref()),
+        // The language SDKs are small and carried whole in every project.
+        _ => Ok(SdkDependency::Vendored),
+    };
+    let result = sdk.and_then(|sdk| {
+        let files = files(&args.name, &hooks, args.lang, &sdk)
+            .map_err(|e| refuse(format!("template: {e}")))?;
         write_all(&real, &files).map(|written| Generated {
             dir: dir.clone(),
             files: written,
@@ -499,20 +591,31 @@ pub fn main(args: &NewArgs) -> ExitCode {
     match generate(args) {
         Ok(g) => {
             let dir = g.dir.display();
-            let sdk = match &g.sdk {
-                SdkDependency::Path(p) => format!("the SDK at {}", p.display()),
-                SdkDependency::Vendored => format!(
+            let sdk = match (&g.sdk, args.lang) {
+                (SdkDependency::Path(p), _) => format!("the SDK at {}", p.display()),
+                (SdkDependency::Vendored, Lang::Rust) => format!(
                     "the SDK of this operator in {}",
                     crate::sdk_bundle::VENDOR_DIR
                 ),
+                (SdkDependency::Vendored, Lang::Python) => {
+                    "the Python SDK of this operator in tfjob_policy".into()
+                }
+                (SdkDependency::Vendored, Lang::Js) => {
+                    "the JavaScript SDK of this operator in tfjob-policy".into()
+                }
             };
             let names: Vec<&str> = args.hooks.iter().map(|h| h.as_str()).collect();
+            let native_test = match args.lang {
+                Lang::Rust => "\n  cargo test",
+                Lang::Python | Lang::Js => "",
+            };
             println!(
-                "Created policy {} in {dir} (hooks: {}; {sdk}), {} files.\n\nNext:\n  cd {dir}\n  cargo test\n  cargo build --release --target wasm32-wasip2\n  tfjob-operator policy test --suite tests/suite.yaml --policy target/wasm32-wasip2/release/{}.wasm",
+                "Created policy {} in {dir} (hooks: {}; {sdk}), {} files.\n\nNext:\n  cd {dir}{native_test}\n  {}\n  tfjob-operator policy test --suite tests/suite.yaml --policy {}",
                 args.name,
                 names.join(", "),
                 g.files.len(),
-                args.name.replace('-', "_")
+                args.lang.build_command(),
+                args.lang.component(&args.name),
             );
             ExitCode::SUCCESS
         }
@@ -612,7 +715,7 @@ mod tests {
                 SdkDependency::Vendored,
                 SdkDependency::Path("../sdk".into()),
             ] {
-                let files = files("team-labels", &hooks, &sdk).unwrap();
+                let files = files("team-labels", &hooks, Lang::Rust, &sdk).unwrap();
                 for (path, text) in &files {
                     assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
                 }
@@ -639,6 +742,72 @@ mod tests {
                 assert_eq!(vendored, sdk == SdkDependency::Vendored, "{sdk:?}");
             }
         }
+    }
+
+    #[test]
+    fn python_and_js_projects_render_for_every_choice_of_hooks() {
+        type Export = dyn Fn(Hook) -> String;
+        for hooks in combinations() {
+            let cases: [(Lang, &str, &Export); 2] = [
+                (Lang::Python, "app.py", &|h: Hook| {
+                    let class = match h {
+                        Hook::Decorate => "Decorate",
+                        Hook::Resources => "Resources",
+                        Hook::Classify => "Classify",
+                    };
+                    format!("\n{class} = hooks.{class}\n")
+                }),
+                (Lang::Js, "policy.js", &|h: Hook| {
+                    format!("export const {h} = hooks.{h};")
+                }),
+            ];
+            for (lang, source, export) in cases {
+                let files = files("team-labels", &hooks, lang, &SdkDependency::Vendored).unwrap();
+                for (path, text) in &files {
+                    assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
+                }
+                let get = |p: &str| &files.iter().find(|(f, _)| f == Path::new(p)).unwrap().1;
+                for h in Hook::ALL {
+                    assert_eq!(
+                        get(source).contains(&export(h)),
+                        hooks.contains(&h),
+                        "{lang:?} {hooks:?}"
+                    );
+                }
+                assert_eq!(get("wit/deps/tfjob-policy/policy.wit"), CONTRACT_WIT);
+                assert!(get("tests/suite.yaml").contains(lang.build_command()));
+                assert!(!files.iter().any(|(p, _)| p.starts_with("vendor")));
+            }
+        }
+        let js = files(
+            "team-labels",
+            &[Hook::Decorate],
+            Lang::Js,
+            &SdkDependency::Vendored,
+        )
+        .unwrap();
+        let package: serde_json::Value = serde_json::from_str(
+            &js.iter()
+                .find(|(p, _)| p == Path::new("package.json"))
+                .unwrap()
+                .1,
+        )
+        .unwrap();
+        assert_eq!(package["name"], "team-labels");
+    }
+
+    #[test]
+    fn the_sdk_path_is_for_rust_only() {
+        let args = NewArgs {
+            name: "team-labels".into(),
+            lang: Lang::Python,
+            hooks: vec![Hook::Decorate],
+            dir: Some(PathBuf::from("/nonexistent/never-written")),
+            sdk_path: Some(PathBuf::from("../sdk")),
+        };
+        let err = generate(&args).unwrap_err().to_string();
+        assert!(err.starts_with("--sdk-path: only for --lang rust"), "{err}");
+        assert!(!Path::new("/nonexistent/never-written").exists());
     }
 
     #[test]

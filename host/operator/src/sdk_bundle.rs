@@ -37,6 +37,94 @@ const LOGIC_SOURCES: &[(&str, &str)] = sources!("logic":
     "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
 );
 
+/// The Python SDK (`guest-policies/sdk-python/tfjob_policy`), written as `tfjob_policy/` of a
+/// new Python policy.
+const PYTHON_SOURCES: &[(&str, &str)] = &[
+    (
+        "__init__.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/__init__.py"),
+    ),
+    (
+        "context.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/context.py"),
+    ),
+    (
+        "errors.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/errors.py"),
+    ),
+    (
+        "hooks.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/hooks.py"),
+    ),
+    (
+        "log.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/log.py"),
+    ),
+    (
+        "pod.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/pod.py"),
+    ),
+    (
+        "settings.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/settings.py"),
+    ),
+    (
+        "verdict.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/verdict.py"),
+    ),
+];
+
+/// The pinned componentize-py of the Python SDK.
+pub const PYTHON_REQUIREMENTS: &str =
+    include_str!("../../../guest-policies/sdk-python/requirements.txt");
+
+/// The JavaScript SDK (`guest-policies/sdk-js/tfjob-policy`), written as `tfjob-policy/` of a
+/// new JavaScript policy.
+const JS_SOURCES: &[(&str, &str)] = &[
+    (
+        "core.js",
+        include_str!("../../../guest-policies/sdk-js/tfjob-policy/core.js"),
+    ),
+    (
+        "index.js",
+        include_str!("../../../guest-policies/sdk-js/tfjob-policy/index.js"),
+    ),
+];
+
+/// The JavaScript SDK's lock file: the pinned componentize-js and every package it brings, with
+/// their integrity hashes. A new policy's `package.json` asks for exactly what it locks.
+const JS_LOCK: &str = include_str!("../../../guest-policies/sdk-js/package-lock.json");
+/// The name the lock file carries for its root package.
+const JS_LOCK_NAME: &str = "tfjob-policy-sdk";
+
+/// The Python SDK's files, path relative to the new policy.
+pub fn python_files() -> Vec<(PathBuf, String)> {
+    let dir = PathBuf::from("tfjob_policy");
+    let mut out: Vec<(PathBuf, String)> = PYTHON_SOURCES
+        .iter()
+        .map(|(f, t)| (dir.join(f), (*t).to_owned()))
+        .collect();
+    out.push(("requirements.txt".into(), PYTHON_REQUIREMENTS.to_owned()));
+    out
+}
+
+/// The JavaScript SDK's files and the lock file for a policy named `name`, path relative to it.
+pub fn js_files(name: &str) -> Vec<(PathBuf, String)> {
+    let dir = PathBuf::from("tfjob-policy");
+    let mut out: Vec<(PathBuf, String)> = JS_SOURCES
+        .iter()
+        .map(|(f, t)| (dir.join(f), (*t).to_owned()))
+        .collect();
+    // The root package's name appears twice, at the top and as the `""` package; the
+    // dependencies' entries are keyed by `node_modules/...` and never carry it.
+    let quoted = format!("\"name\": \"{JS_LOCK_NAME}\"");
+    out.push((
+        "package-lock.json".into(),
+        JS_LOCK.replace(&quoted, &format!("\"name\": \"{name}\"")),
+    ));
+    out
+}
+
 /// A manifest template with this operator's version filled in.
 fn manifest(template: &str) -> String {
     template
@@ -78,6 +166,48 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn the_language_sdks_are_carried_whole() {
+        for (dir, sources) in [
+            ("guest-policies/sdk-python/tfjob_policy", PYTHON_SOURCES),
+            ("guest-policies/sdk-js/tfjob-policy", JS_SOURCES),
+        ] {
+            let bundled: Vec<String> = sources.iter().map(|(f, _)| (*f).to_owned()).collect();
+            let on_disk: Vec<String> = listed(dir)
+                .into_iter()
+                .filter(|f| f != "__pycache__")
+                .collect();
+            assert_eq!(bundled, on_disk, "{dir}: add the new file to sdk_bundle.rs");
+        }
+        let lock = js_files("team-labels")
+            .into_iter()
+            .find(|(p, _)| p == Path::new("package-lock.json"))
+            .unwrap()
+            .1;
+        let lock: serde_json::Value = serde_json::from_str(&lock).unwrap();
+        assert_eq!(lock["name"], "team-labels");
+        assert_eq!(lock["packages"][""]["name"], "team-labels");
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(repo("guest-policies/sdk-js/package.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            lock["packages"][""]["devDependencies"], manifest["devDependencies"],
+            "the lock file pins what the SDK's package.json asks for"
+        );
+        let template: serde_json::Value = serde_json::from_str(
+            &include_str!("../templates/policy-new/js/package.json")
+                .replace("{{name}}", "x")
+                .replace("{{hooks}}", "decorate"),
+        )
+        .unwrap();
+        assert_eq!(
+            template["devDependencies"], manifest["devDependencies"],
+            "a new policy asks for what the lock file pins"
+        );
+        assert!(PYTHON_REQUIREMENTS.trim().starts_with("componentize-py=="));
     }
 
     #[test]

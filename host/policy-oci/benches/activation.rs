@@ -1,20 +1,22 @@
-//! What the caches save, measured: a policy module's activation cold (pulled from a registry,
+//! What the caches save, measured: a 10+ MB policy's activation cold (pulled from a registry,
 //! verified, compiled) against warm (read back from `--policy-cache-dir`, its compiled code
 //! loaded), and a restart's compilation of 20 policies against loading them from the
 //! compiled-code cache.
 //!
-//! The large module is generated: a component whose core module holds about 10 MB of ordinary
-//! arithmetic code (a real 10+ MB policy is a language runtime, e.g. CPython, of that size).
+//! The large policies are real ones: the `team-labels` example written in Python (a
+//! componentize-py component, CPython inside, about 18 MB) and in JavaScript (componentize-js,
+//! SpiderMonkey inside, about 12 MB), built when the bench starts with the tools their SDKs pin.
 //! Activation here is everything an operator does before a policy serves but instantiating it
-//! and `validate-settings`, which take well under a millisecond.
+//! and `validate-settings`, which the overhead bench of the policy engine measures.
 //!
 //! Needs Debian's `docker-registry` (the CNCF distribution registry), which the bench starts on
-//! loopback: `cargo bench -p tfjob-policy-oci --bench activation`.
+//! loopback, and the two tools (`TFJOB_COMPONENTIZE_PY` and `TFJOB_COMPONENTIZE_JS`, or on
+//! `PATH`; `.ci/run` shows how to install them):
+//! `cargo bench -p tfjob-policy-oci --bench activation`.
 
-use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,22 +26,55 @@ use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyEngine, SandboxLimits, defaults};
 use tfjob_policy_oci::{ArtifactCache, Credentials, Limits, ModuleRef, RegistryClient};
 
-/// Functions of the generated module, and additions in each: about 10.5 MB of code.
-const FUNCTIONS: usize = 30_000;
-const ADDITIONS: usize = 110;
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
 
-/// The generated 10+ MB component.
-fn large_component() -> Vec<u8> {
-    let mut text = String::from("(component (core module");
-    for f in 0..FUNCTIONS {
-        write!(text, " (func (param i32) (result i32) local.get 0").unwrap();
-        for i in 0..ADDITIONS {
-            write!(text, " i32.const {} i32.add", f * 7 + i * 100_003).unwrap();
+/// `var`, else `name` as found on `PATH`.
+fn tool(var: &str, name: &str) -> PathBuf {
+    std::env::var_os(var).map_or_else(|| PathBuf::from(name), PathBuf::from)
+}
+
+/// The team-labels example built in `lang` (`python` or `js`).
+fn example(lang: &str, dir: &Path) -> Vec<u8> {
+    let out = dir.join(format!("team-labels-{lang}.wasm"));
+    let wit = repo("wit/policy.wit");
+    let example = repo(&format!("guest-policies/examples/team-labels/{lang}"));
+    let mut cmd = match lang {
+        "python" => {
+            let mut c = Command::new(tool("TFJOB_COMPONENTIZE_PY", "componentize-py"));
+            c.arg("-d")
+                .arg(&wit)
+                .args(["-w", "decorator", "componentize", "-p"]);
+            c.arg(repo("guest-policies/sdk-python"))
+                .arg("-p")
+                .arg(&example)
+                .arg("app");
+            c
         }
-        text.push(')');
-    }
-    text.push_str("))");
-    wat::parse_str(&text).expect("the generated component parses")
+        _ => {
+            let mut c = Command::new(tool("TFJOB_COMPONENTIZE_JS", "componentize-js"));
+            c.arg(example.join("policy.js")).arg("--wit").arg(&wit);
+            c.args([
+                "--world-name",
+                "decorator",
+                "--disable",
+                "http",
+                "fetch-event",
+            ]);
+            c
+        }
+    };
+    let status = cmd
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("the {lang} build tool runs: {e}"));
+    assert!(status.success(), "building the {lang} example failed");
+    std::fs::read(out).unwrap()
 }
 
 /// The default decorate module made distinct by a custom section: same code, another digest.
@@ -159,43 +194,47 @@ fn activation(c: &mut Criterion) {
         .unwrap();
     let registry = start_registry();
     let client = RegistryClient::new(Limits::default(), [registry.addr.clone()]).unwrap();
-    let module = large_component();
-    eprintln!("generated component: {} bytes", module.len());
-    let tagged = ModuleRef::parse(&format!("{}/bench/large:v1", registry.addr)).unwrap();
-    let pushed = runtime
-        .block_on(tfjob_policy_oci::push(
-            &client,
-            &tagged,
-            &Credentials::none(),
-            &module,
-            None,
-        ))
-        .unwrap();
-    let pinned = pushed
-        .reference
-        .at_digest(pushed.reference.digest.as_deref().unwrap());
+    let built = tempfile::tempdir().unwrap();
+    for lang in ["python", "js"] {
+        let module = example(lang, built.path());
+        eprintln!("{lang} component: {} bytes", module.len());
+        let tagged =
+            ModuleRef::parse(&format!("{}/bench/team-labels-{lang}:v1", registry.addr)).unwrap();
+        let pushed = runtime
+            .block_on(tfjob_policy_oci::push(
+                &client,
+                &tagged,
+                &Credentials::none(),
+                &module,
+                None,
+            ))
+            .unwrap();
+        let pinned = pushed
+            .reference
+            .at_digest(pushed.reference.digest.as_deref().unwrap());
 
-    let mut group = c.benchmark_group("activation_10mb");
-    group.sample_size(10);
-    group.measurement_time(Duration::from_secs(60));
-    group.bench_function("cold_pull_verify_compile", |b| {
-        b.iter_custom(|iterations| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iterations {
-                let dir = private_dir();
-                let started = Instant::now();
-                activate_cold(&runtime, &client, &pinned, dir.path());
-                total += started.elapsed();
-            }
-            total
+        let mut group = c.benchmark_group(format!("activation_{lang}"));
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(30));
+        group.bench_function("cold_pull_verify_compile", |b| {
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let dir = private_dir();
+                    let started = Instant::now();
+                    activate_cold(&runtime, &client, &pinned, dir.path());
+                    total += started.elapsed();
+                }
+                total
+            });
         });
-    });
-    let warm = private_dir();
-    activate_cold(&runtime, &client, &pinned, warm.path());
-    group.bench_function("warm_from_cache", |b| {
-        b.iter(|| activate_warm(&pinned, warm.path()));
-    });
-    group.finish();
+        let warm = private_dir();
+        activate_cold(&runtime, &client, &pinned, warm.path());
+        group.bench_function("warm_from_cache", |b| {
+            b.iter(|| activate_warm(&pinned, warm.path()));
+        });
+        group.finish();
+    }
 }
 
 fn restart(c: &mut Criterion) {

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod languages;
 pub mod registry;
 
 use std::io::{Read, Write};
@@ -117,6 +118,19 @@ pub fn expect_success(output: &Output, context: &str) -> String {
         text(&output.stderr)
     );
     assert_eq!(text(&output.stderr), "", "{context}");
+    text(&output.stdout)
+}
+
+/// Asserts exit status 0 of a tool that reports progress on stderr (a build, a test runner);
+/// returns stdout. Both streams lead the failure message.
+pub fn expect_exit_zero(output: &Output, context: &str) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{context}\nstdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
     text(&output.stdout)
 }
 

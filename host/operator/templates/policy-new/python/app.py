@@ -1,0 +1,102 @@
+"""The {{name}} policy for the TFJob operator, in Python: a WebAssembly component built with
+componentize-py, implementing the `tfjob:policy@0.2.0` contract for the hooks {{hooks}}.
+
+{{#decorate}}
+- decorate: labels every pod with the team named in the settings (`team`).
+{{/decorate}}
+{{#resources}}
+- resources: gives containers that ask for no memory the request named in the settings
+  (`defaultMemoryRequest`).
+{{/resources}}
+{{#classify}}
+- classify: reads pods from their phase, except that failures with a reason named in the
+  settings (`permanentReasons`) are permanent: running the pod again would not help.
+{{/classify}}
+
+The operator checks the settings once with `validate-settings` before it activates the policy,
+and hands the same document to every call. Each call runs in a fresh sandbox: keep no state
+between calls.
+"""
+
+import tfjob_policy as tp
+
+
+class {{type}}(tp.Policy):
+    def settings(self, reader: tp.SettingsReader) -> dict:
+        """The settings document, e.g. `{{settings_example}}`; `{}` changes nothing."""
+        settings = {
+{{#decorate}}
+            "team": reader.string("team", None),
+{{/decorate}}
+{{#resources}}
+            "default_memory_request": reader.string("defaultMemoryRequest", None),
+{{/resources}}
+{{#classify}}
+            "permanent_reasons": reader.strings("permanentReasons", []),
+{{/classify}}
+        }
+        # Unknown keys are errors, so that a misspelt setting is refused instead of ignored.
+        reader.done()
+{{#decorate}}
+        team = settings["team"]
+        if team is not None and (team == "" or not tp.is_label_value(team)):
+            raise tp.InvalidSettings(f"team: {team!r} is not a label value")
+{{/decorate}}
+{{#resources}}
+        request = settings["default_memory_request"]
+        if request is not None and not tp.is_quantity(request):
+            raise tp.InvalidSettings(f"defaultMemoryRequest: {request!r} is not a quantity")
+{{/resources}}
+{{#classify}}
+        for i, reason in enumerate(settings["permanent_reasons"]):
+            if reason == "":
+                raise tp.InvalidSettings(f"permanentReasons[{i}]: must not be empty")
+{{/classify}}
+        return settings
+{{#decorate}}
+
+    def decorate(self, ctx: tp.Context, settings: dict, pod: dict) -> dict:
+        team = settings["team"]
+        if team:
+            tp.log.info("labelling pod", job=ctx.job_name, team=team)
+            tp.pod.labels(pod)["team"] = team
+        return pod
+{{/decorate}}
+{{#resources}}
+
+    def resources(self, ctx: tp.Context, settings: dict, container: str, resources: dict) -> dict:
+        request = settings["default_memory_request"]
+        sets_memory = any("memory" in (resources.get(k) or {}) for k in ("requests", "limits"))
+        if request and not sets_memory:
+            tp.log.info("default memory request", container=container)
+            resources.setdefault("requests", {})["memory"] = request
+        return resources
+{{/resources}}
+{{#classify}}
+
+    def classify(self, ctx: tp.Context, settings: dict, pod: dict, now) -> tp.Verdict:
+        phase = tp.pod.phase(pod)
+        reason = tp.pod.terminated_reason(pod) if phase == "Failed" else None
+        if reason is not None and reason in settings["permanent_reasons"]:
+            return tp.Verdict(
+                phase="permanent-failure",
+                reason=reason,
+                message=f"{reason} is permanent here; running the pod again would not help",
+                kind="user",
+            )
+        return tp.from_pod_phase(phase, reason=reason or "")
+{{/classify}}
+
+
+# componentize-py exports one class per interface of the world in wit/world.wit.
+hooks = tp.exports({{type}}())
+Settings = hooks.Settings
+{{#decorate}}
+Decorate = hooks.Decorate
+{{/decorate}}
+{{#resources}}
+Resources = hooks.Resources
+{{/resources}}
+{{#classify}}
+Classify = hooks.Classify
+{{/classify}}
