@@ -24,8 +24,12 @@ def decode(text: str, what: str) -> Dict[str, Any]:
     return value
 
 
+# One encoder for every call: `json.dumps` with options builds a new one each time.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def encode(value: Dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def _object(parent: Dict[str, Any], key: str, path: str) -> Dict[str, Any]:

@@ -103,6 +103,56 @@ fn the_sandbox_holds_for_python_and_javascript() {
         &js,
     );
     suite(&repo("guest-policies/hostile-js/suite.yaml"), &js);
+
+    // A policy's own memory cap (memoryMib in its manifest) holds for a runtime too: CPython's
+    // initial linear memory is over 12 MiB, so 8 MiB refuses it at its first call, and 32 MiB
+    // lets it run.
+    let pod = dir.path().join("pod.json");
+    std::fs::write(&pod, r#"{"metadata": {"name": "p"}}"#).unwrap();
+    for (mib, fits) in [(8, false), (32, true)] {
+        let manifest = dir.path().join(format!("memory-{mib}.yaml"));
+        std::fs::write(&manifest, format!("hooks: [decorate]\nmemoryMib: {mib}\n")).unwrap();
+        let mut cmd = operator();
+        cmd.args(["policy", "test", "--hook", "decorate", "--input"])
+            .arg(&pod)
+            .arg("--manifest")
+            .arg(&manifest)
+            .arg("--policy")
+            .arg(&python);
+        let out = run(cmd, None, Duration::from_secs(120));
+        if fits {
+            expect_success(&out, "memoryMib: 32");
+        } else {
+            let err = expect_failure(&out, "memoryMib: 8");
+            assert!(
+                err.contains("memory limit of 8388608 bytes exceeded"),
+                "{err}"
+            );
+        }
+    }
+
+    // Built with its default features, a JavaScript component imports wasi:http, which the
+    // operator does not provide: refused at load, naming the import.
+    let with_http = dir.path().join("with-http.wasm");
+    build_js_with(
+        &example("team-labels/js/policy.js"),
+        "decorator",
+        &with_http,
+        &[],
+    );
+    let mut cmd = operator();
+    cmd.args(["policy", "test", "--hook", "decorate", "--input"])
+        .arg(&pod)
+        .arg("--policy")
+        .arg(&with_http);
+    let refused = expect_failure(
+        &run(cmd, None, Duration::from_secs(120)),
+        "a component importing wasi:http",
+    );
+    assert!(
+        refused.contains("link: component imports instance `wasi:http/"),
+        "{refused}"
+    );
 }
 
 /// `policy new NAME --lang LANG` with every hook, then the project's one build command, then

@@ -2,8 +2,9 @@
 //! the distribution registry on loopback, modules pushed with `policy push`, and the operator
 //! binary (`run`) pulling them. A referenced policy decorates new pods; a moved tag swaps the
 //! policy to the digest it names now; with the registry stopped, a restarted operator loads
-//! its pinned policies from its cache; and each refusal leaves the previous version serving
-//! with a status saying why.
+//! its pinned policies from its cache; each refusal leaves the previous version serving with a
+//! status saying why; and policies written in Python and JavaScript (components of 12-18 MB,
+//! built with componentize-py and componentize-js) ship the same way and decorate pods.
 
 mod common;
 
@@ -496,4 +497,67 @@ fn credentials_come_from_the_pull_secret_in_the_configmaps_namespace() {
             .unwrap()
             .contains("asks for a password and none is given")
     );
+}
+
+/// A policy ConfigMap naming `reference` for jobs labelled `lang: <lang>`, with the
+/// team-labels example's settings.
+fn team_labels(lang: &str, reference: &str) -> ConfigMap {
+    let manifest = format!(
+        "name: team-labels-{lang}\nhooks: [decorate]\nselector:\n  matchLabels: {{lang: {lang}}}\nsettings: {{team: {lang}-team}}\n"
+    );
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("tfjob-policy-team-labels-{lang}"), "namespace": POLICY_NS,
+                     "labels": {"policy.tfjob.dev/policy": "true"}},
+        "data": {"module": format!("oci://{reference}"), "policy.yaml": manifest},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn policies_written_in_python_and_javascript_ship_from_the_registry() {
+    let env = Env::start();
+    let dir = tempfile::tempdir().unwrap();
+    let host = env.registry.host();
+    let example = |path: &str| common::repo(&format!("guest-policies/examples/team-labels/{path}"));
+    let python = dir.path().join("python.wasm");
+    common::languages::build_python(&example("python"), "decorator", &python);
+    let js = dir.path().join("js.wasm");
+    common::languages::build_js(&example("js/policy.js"), "decorator", &js);
+
+    let _running = env.operator(&[]);
+    for (lang, component) in [("python", &python), ("js", &js)] {
+        let module = std::fs::read(component).unwrap();
+        assert!(
+            module.len() > 10 << 20,
+            "{lang}: a runtime inside, over 10 MiB"
+        );
+        let pinned = push(
+            dir.path(),
+            &module,
+            &format!("{host}/team/labels-{lang}:v1"),
+            &[],
+        );
+        env.apply(&team_labels(lang, &format!("{host}/team/labels-{lang}:v1")));
+        let status = env.status_until(&format!("tfjob-policy-team-labels-{lang}"), "Active", |s| {
+            s.state == PolicyState::Active
+        });
+        assert_eq!(
+            status.module.as_deref(),
+            Some(format!("{host}/team/labels-{lang}@{}", digest_of(&pinned)).as_str()),
+            "{status:?}"
+        );
+        let job = format!("{lang}-job");
+        env.cluster.submit_manifest(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": job, "namespace": "ml", "labels": {"lang": lang}},
+            "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                "containers": [{"name": "tensorflow", "image": "tf:2"}]}}}}}
+        }));
+        let labels = env.pod_labels(&job);
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some(format!("{lang}-team").as_str()),
+            "{lang}: {labels:?}"
+        );
+    }
 }

@@ -56,7 +56,12 @@ fn example(lang: &str, dir: &Path) -> Vec<u8> {
         }
         _ => {
             let mut c = Command::new(tool("TFJOB_COMPONENTIZE_JS", "componentize-js"));
-            c.arg(example.join("policy.js")).arg("--wit").arg(&wit);
+            // componentize-js reads the modules a source imports through the working
+            // directory: it must hold the SDK as well as the source.
+            c.current_dir(repo("").canonicalize().unwrap());
+            c.arg(example.join("policy.js").canonicalize().unwrap())
+                .arg("--wit")
+                .arg(&wit);
             c.args([
                 "--world-name",
                 "decorator",

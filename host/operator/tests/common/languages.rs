@@ -84,14 +84,9 @@ pub fn build_js_with(source: &Path, world: &str, out: &Path, options: &[&str]) {
         .arg(source.canonicalize().unwrap())
         .arg("--wit")
         .arg(repo("wit/policy.wit"))
-        .args([
-            "--world-name",
-            world,
-            "--disable",
-            "http",
-            "fetch-event",
-            "-o",
-        ])
+        .args(["--world-name", world])
+        .args(options)
+        .arg("-o")
         .arg(out);
     let output = run(cmd, None, BUILD_TIMEOUT);
     expect_exit_zero(&output, &format!("componentize-js {}", source.display()));

@@ -1,0 +1,233 @@
+//! What a policy's language costs: the same policy (`guest-policies/examples/team-labels`)
+//! written in Rust, Python (componentize-py, CPython inside) and JavaScript (componentize-js,
+//! SpiderMonkey inside), on the same worker pod, with the operator's default limits.
+//!
+//! - `decorate/<lang>`: one `decorate-pod` call from the copy pre-initialised for the settings
+//!   (what the operator runs once a version is active): a fresh instance, the call, the guard.
+//! - `decorate-plain/<lang>`: the same call from the plain component (settings text no copy was
+//!   made for: the same document followed by a space), which parses its settings every call
+//!   and, for Python and JavaScript, starts from the runtime's initial memory.
+//! - `activation/<lang>`: what the operator does when it activates a version whose compiled
+//!   code is in `--policy-cache-dir`: the module's code loaded from the cache (checksum
+//!   verified) and `validate-settings` called. A fresh engine is made outside the timing, so
+//!   nothing is served from memory.
+//!
+//! Before the groups, each language's compile time, component size and pre-initialisation
+//! (time and the size of the copy) are printed once.
+//!
+//! The components are built when the bench starts: Rust with cargo (`guest` profile, into
+//! `target/bench-examples`), Python and JavaScript with `TFJOB_COMPONENTIZE_PY` and
+//! `TFJOB_COMPONENTIZE_JS` (or the tools on `PATH`; `.ci/run` shows how to install them).
+//!
+//! Run: `cargo bench -p tfjob-policy-engine --bench languages`
+
+use std::hint::black_box;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use tfjob_policy_engine::bindings::JobContext;
+use tfjob_policy_engine::compiled_cache::CompiledCache;
+use tfjob_policy_engine::{CompiledPolicy, PolicyEngine, SandboxLimits};
+
+const SETTINGS: &str = r#"{"team": "ml"}"#;
+const LANGS: [&str; 3] = ["rust", "python", "js"];
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+fn limits() -> SandboxLimits {
+    SandboxLimits {
+        max_module: 64 << 20,
+        ..SandboxLimits::default()
+    }
+}
+
+/// Runs `cmd`, failing the bench with what it printed when it fails.
+fn run(mut cmd: Command, what: &str) {
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The team-labels example in `lang`, built into `dir`.
+fn build(lang: &str, dir: &Path) -> Vec<u8> {
+    let root = repo("").canonicalize().unwrap();
+    let wit = root.join("wit/policy.wit");
+    let example = root.join("guest-policies/examples/team-labels");
+    let out = dir.join(format!("team-labels-{lang}.wasm"));
+    match lang {
+        "rust" => {
+            let target = root.join("target/bench-examples");
+            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
+            cmd.current_dir(&root)
+                .args(["build", "--profile", "guest", "--target", "wasm32-wasip2"])
+                .args(["-p", "example-team-labels", "--target-dir"])
+                .arg(&target);
+            run(cmd, "cargo build of the Rust example");
+            return std::fs::read(target.join("wasm32-wasip2/guest/example_team_labels.wasm"))
+                .unwrap();
+        }
+        "python" => {
+            let tool =
+                std::env::var_os("TFJOB_COMPONENTIZE_PY").unwrap_or("componentize-py".into());
+            let mut cmd = Command::new(tool);
+            cmd.arg("-d")
+                .arg(&wit)
+                .args(["-w", "decorator", "componentize", "-p"])
+                .arg(root.join("guest-policies/sdk-python"))
+                .arg("-p")
+                .arg(example.join("python"))
+                .args(["app", "-o"])
+                .arg(&out);
+            run(cmd, "componentize-py");
+        }
+        _ => {
+            let tool =
+                std::env::var_os("TFJOB_COMPONENTIZE_JS").unwrap_or("componentize-js".into());
+            let mut cmd = Command::new(tool);
+            // componentize-js reads the modules a source imports through the working directory.
+            cmd.current_dir(&root)
+                .arg(example.join("js/policy.js"))
+                .arg("--wit")
+                .arg(&wit)
+                .args([
+                    "--world-name",
+                    "decorator",
+                    "--disable",
+                    "http",
+                    "fetch-event",
+                    "-o",
+                ])
+                .arg(&out);
+            run(cmd, "componentize-js");
+        }
+    }
+    std::fs::read(out).unwrap()
+}
+
+fn context() -> JobContext {
+    JobContext {
+        job_name: "mnist".into(),
+        namespace: "ml".into(),
+        job_uid: "5f0c1a2e-0000-4000-8000-000000000001".into(),
+        job_labels: vec![("team".into(), "vision".into())],
+        job_annotations: vec![],
+        replica_type: "Worker".into(),
+        replica_index: 0,
+        replica_count: 4,
+        attempt: 0,
+    }
+}
+
+/// A worker pod as the operator builds it.
+const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"mnist-worker-0","namespace":"ml","labels":{"training.kubeflow.org/job-name":"mnist","training.kubeflow.org/replica-type":"worker","training.kubeflow.org/replica-index":"0","training.kubeflow.org/operator-name":"tfjob-controller"},"annotations":{"sidecar.istio.io/inject":"false"},"ownerReferences":[{"apiVersion":"kubeflow.org/v1","kind":"TFJob","name":"mnist","uid":"5f0c1a2e-0000-4000-8000-000000000001","controller":true,"blockOwnerDeletion":true}]},"spec":{"restartPolicy":"Never","containers":[{"name":"tensorflow","image":"tensorflow/tensorflow:2.15.0","command":["python","/opt/mnist.py","--epochs","10"],"env":[{"name":"TF_CONFIG","value":"{\"cluster\":{\"worker\":[\"mnist-worker-0.ml.svc:2222\",\"mnist-worker-1.ml.svc:2222\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"}],"ports":[{"name":"tfjob-port","containerPort":2222}],"resources":{"limits":{"cpu":"4","memory":"16Gi","nvidia.com/gpu":"1"},"requests":{"cpu":"2","memory":"8Gi"}},"volumeMounts":[{"name":"data","mountPath":"/data"}]}],"volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"mnist-data"}}]}}"#;
+
+struct Policy {
+    lang: &'static str,
+    binary: Vec<u8>,
+    engine: PolicyEngine,
+    compiled: Arc<CompiledPolicy>,
+    cache: tempfile::TempDir,
+}
+
+fn private_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+fn prepare(lang: &'static str, built: &Path) -> Policy {
+    let binary = build(lang, built);
+    let cache = private_dir();
+    let engine = PolicyEngine::new(limits())
+        .unwrap()
+        .with_compiled_cache(CompiledCache::open(cache.path()).unwrap());
+    let started = Instant::now();
+    let compiled = engine.compile(&binary).expect("the example compiles");
+    let compile = started.elapsed();
+    let started = Instant::now();
+    let prepared = engine.prepare(&compiled, "team-labels", SETTINGS);
+    let preinit = started.elapsed();
+    println!(
+        "{lang}: component {:.1} MB, compiled in {:.2} s; pre-initialisation for the settings: \
+         {prepared:?} in {:.2} s",
+        binary.len() as f64 / 1e6,
+        compile.as_secs_f64(),
+        preinit.as_secs_f64()
+    );
+    let out = engine
+        .at_maximum()
+        .decorate(&compiled, "team-labels", &context(), SETTINGS, POD)
+        .expect("decorate");
+    assert!(out.contains(r#""team":"ml""#), "{lang}: {out}");
+    Policy {
+        lang,
+        binary,
+        engine,
+        compiled,
+        cache,
+    }
+}
+
+fn languages(c: &mut Criterion) {
+    let built = tempfile::tempdir().unwrap();
+    let policies: Vec<Policy> = LANGS.iter().map(|l| prepare(l, built.path())).collect();
+    let ctx = context();
+    let plain = format!("{SETTINGS} ");
+    for (group, settings) in [("decorate", SETTINGS), ("decorate-plain", plain.as_str())] {
+        let mut g = c.benchmark_group(group);
+        for p in &policies {
+            g.bench_function(p.lang, |b| {
+                b.iter(|| {
+                    black_box(
+                        p.engine
+                            .at_maximum()
+                            .decorate(&p.compiled, "team-labels", &ctx, settings, POD)
+                            .unwrap(),
+                    )
+                })
+            });
+        }
+        g.finish();
+    }
+    let mut g = c.benchmark_group("activation");
+    g.sample_size(20);
+    for p in &policies {
+        g.bench_function(p.lang, |b| {
+            b.iter_batched(
+                || {
+                    PolicyEngine::new(limits())
+                        .unwrap()
+                        .with_compiled_cache(CompiledCache::open(p.cache.path()).unwrap())
+                },
+                |engine| {
+                    let compiled = engine.compile(&p.binary).unwrap();
+                    engine
+                        .validate_settings(&compiled, "team-labels", SETTINGS)
+                        .unwrap();
+                    assert_eq!(engine.compiled_cache().unwrap().stats().hits, 1);
+                    engine
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, languages);
+criterion_main!(benches);
