@@ -30,6 +30,10 @@ pub const MANAGED_BY_TRAINING_OPERATOR: &str = "kubeflow.org/training-operator";
 /// `spec.runPolicy.managedBy` value meaning "Kueue's MultiKueue dispatches this job".
 pub const MANAGED_BY_MULTIKUEUE: &str = "kueue.x-k8s.io/multikueue";
 
+/// Job label naming the Kueue LocalQueue the job waits in. While it is set, what Kueue placed
+/// in the pod templates (node selector, tolerations, labels, scheduling gates) is Kueue's.
+pub const KUEUE_QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+
 /// The name this operator uses as field manager and event reporter.
 pub const CONTROLLER_NAME: &str = "tfjob-controller";
 

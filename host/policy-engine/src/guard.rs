@@ -12,6 +12,10 @@
 //! 3. Capabilities ([`crate::capabilities`]): secrets, tokens, host paths and volumes that reach
 //!    outside the pod, each only when granted.
 //!
+//! And for a job queued by Kueue, [`check_queued_placement`]: what Kueue placed in the template
+//! (node selector, tolerations, labels, scheduling gates) decides where the pods may run and
+//! what quota they count against, so no policy removes or changes it.
+//!
 //! Pure logic over JSON values.
 
 use std::fmt;
@@ -316,6 +320,40 @@ fn check_operator_env(before: &Value, after: &Value) -> Result<(), Violation> {
     Ok(())
 }
 
+/// For a job Kueue queues: every node selector entry, toleration, label and scheduling gate of
+/// `before` (the pod as built from the template Kueue wrote, with the flavors Kueue assigned) is
+/// still in `after`, unchanged. Adding is allowed: a policy may narrow where pods run, never
+/// move them off the flavor Kueue admitted them to.
+pub fn check_queued_placement(before: &Value, after: &Value) -> Result<(), Violation> {
+    const WHY: &str = "Kueue placed it and the job's queue label is set";
+    for (pointer, path) in [
+        ("/spec/nodeSelector", "spec.nodeSelector"),
+        ("/metadata/labels", "metadata.labels"),
+    ] {
+        let Some(placed) = before.pointer(pointer).and_then(Value::as_object) else {
+            continue;
+        };
+        let kept = after.pointer(pointer).and_then(Value::as_object);
+        for (key, value) in placed {
+            if kept.and_then(|m| m.get(key)) != Some(value) {
+                return Err(Violation::at(format!("{path}[{key}]"), WHY));
+            }
+        }
+    }
+    for (pointer, path) in [
+        ("/spec/tolerations", "spec.tolerations"),
+        ("/spec/schedulingGates", "spec.schedulingGates"),
+    ] {
+        let kept = items(after, pointer);
+        for (i, entry) in items(before, pointer).iter().enumerate() {
+            if !kept.contains(entry) {
+                return Err(Violation::at(format!("{path}[{i}]"), WHY));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn walk(
     before: &Value,
     after: &Value,
@@ -385,6 +423,64 @@ mod tests {
 
     fn verdict(after: Value) -> Result<(), String> {
         check(&pod(), &after, &AllowedPaths::default()).map_err(|v| v.path)
+    }
+
+    #[test]
+    fn what_kueue_placed_stays_and_more_may_be_added() {
+        let placed = json!({
+            "metadata": {"name": "p", "labels": {"kueue.x-k8s.io/podset": "worker", "team": "a"}},
+            "spec": {
+                "nodeSelector": {"instance-type": "spot"},
+                "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+                "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+                "containers": [{"name": "tensorflow", "image": "tf:2"}]
+            }
+        });
+        let mut more = placed.clone();
+        more["spec"]["nodeSelector"]["zone"] = json!("a");
+        more["spec"]["tolerations"]
+            .as_array_mut()
+            .unwrap()
+            .insert(0, json!({"key": "gpu", "operator": "Exists"}));
+        more["metadata"]["labels"]["extra"] = json!("1");
+        assert_eq!(check_queued_placement(&placed, &more), Ok(()));
+
+        let refused = |edit: &dyn Fn(&mut Value)| {
+            let mut after = placed.clone();
+            edit(&mut after);
+            check_queued_placement(&placed, &after).map_err(|v| v.to_string())
+        };
+        assert_eq!(
+            refused(&|p| p["spec"]["nodeSelector"]["instance-type"] = json!("on-demand")),
+            Err("spec.nodeSelector[instance-type] (Kueue placed it and the job's queue label is set)".into())
+        );
+        assert_eq!(
+            refused(&|p| p["spec"]["nodeSelector"] = json!({})),
+            Err("spec.nodeSelector[instance-type] (Kueue placed it and the job's queue label is set)".into())
+        );
+        assert_eq!(
+            refused(&|p| p["spec"]["tolerations"] = json!([])),
+            Err("spec.tolerations[0] (Kueue placed it and the job's queue label is set)".into())
+        );
+        assert_eq!(
+            refused(&|p| p["spec"]["tolerations"][0]["effect"] = json!("NoExecute")),
+            Err("spec.tolerations[0] (Kueue placed it and the job's queue label is set)".into())
+        );
+        assert_eq!(
+            refused(&|p| p["metadata"]["labels"]["team"] = json!("b")),
+            Err("metadata.labels[team] (Kueue placed it and the job's queue label is set)".into())
+        );
+        assert_eq!(
+            refused(&|p| p["spec"]
+                .as_object_mut()
+                .unwrap()
+                .remove("schedulingGates")
+                .map(drop)
+                .unwrap_or_default()),
+            Err(
+                "spec.schedulingGates[0] (Kueue placed it and the job's queue label is set)".into()
+            )
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use serde_json::Value;
+use tfjob_api::labels::KUEUE_QUEUE_NAME;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_planner::{PodContext, Verdict};
 use tfjob_policy_logic::text;
@@ -61,12 +62,21 @@ pub fn decorate(
             format!("decorated pod is not JSON: {e}"),
         )
     })?;
-    guard::check(pod, &decorated, &p.allowed).map_err(|path| {
-        EvalError::new(
-            Category::GuardViolation,
-            format!("policy {} may not change {path}", p.name()),
-        )
-    })?;
+    let queued = ctx.job_labels.iter().any(|(k, _)| k == KUEUE_QUEUE_NAME);
+    guard::check(pod, &decorated, &p.allowed)
+        .and_then(|()| {
+            if queued {
+                guard::check_queued_placement(pod, &decorated)
+            } else {
+                Ok(())
+            }
+        })
+        .map_err(|path| {
+            EvalError::new(
+                Category::GuardViolation,
+                format!("policy {} may not change {path}", p.name()),
+            )
+        })?;
     Ok(decorated)
 }
 

@@ -1333,3 +1333,75 @@ fn a_shadow_policy_trips_its_own_breaker_not_its_enforced_namesakes() {
         5.0
     );
 }
+
+#[test]
+fn a_policy_that_fights_kueue_is_refused_while_the_job_is_queued() {
+    // The pod as built from a template Kueue wrote at admission: the flavor's node label and
+    // toleration, and a label of its own.
+    let mut placed = operator_pod();
+    placed["spec"]["nodeSelector"] = json!({"instance-type": "spot"});
+    placed["spec"]["tolerations"] =
+        json!([{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]);
+    placed["metadata"]["labels"]["kueue.x-k8s.io/podset"] = json!("worker");
+    let queued = |queue: Option<&str>| {
+        let mut c = ctx();
+        if let Some(q) = queue {
+            c.job_labels
+                .insert("kueue.x-k8s.io/queue-name".into(), q.into());
+        }
+        c
+    };
+    let shape = |path: &str, value: Value, queue: Option<&str>| {
+        let manifest = PolicyManifest {
+            name: "fights-kueue".into(),
+            hooks: vec![Hook::Decorate],
+            settings: json!({"mode": "edit", "path": path, "value": value}),
+            ..PolicyManifest::default()
+        };
+        let active = activate(engine(), manifest, HOSTILE_POLICY_WASM).expect("activates");
+        let pod: Pod = serde_json::from_value(placed.clone()).unwrap();
+        WasmPolicies::new(
+            Arc::clone(engine()),
+            Arc::new(Registry::new(PolicySet::new([active]))),
+        )
+        .shape_pod(&queued(queue), pod)
+        .map(|s| serde_json::to_value(s.pod).unwrap())
+    };
+    for (path, value, reported) in [
+        (
+            "/spec/nodeSelector/instance-type",
+            json!("on-demand"),
+            "spec.nodeSelector[instance-type]",
+        ),
+        (
+            "/spec/nodeSelector",
+            json!({}),
+            "spec.nodeSelector[instance-type]",
+        ),
+        ("/spec/tolerations", json!([]), "spec.tolerations[0]"),
+        (
+            "/metadata/labels/kueue.x-k8s.io~1podset",
+            json!("ps"),
+            "metadata.labels[kueue.x-k8s.io/podset]",
+        ),
+    ] {
+        let err = shape(path, value.clone(), Some("user-queue")).unwrap_err();
+        assert_eq!(err.category, Category::GuardViolation, "{path}: {err}");
+        assert!(err.policy.starts_with("fights-kueue@"), "{err}");
+        assert!(
+            err.message.contains(&format!(
+                "may not change {reported} (Kueue placed it and the job's queue label is set)"
+            )),
+            "{path}: {err}"
+        );
+        // The same edit on a job no queue holds is within the default allowed paths.
+        shape(path, value, None).unwrap_or_else(|e| panic!("{path} unqueued: {e}"));
+    }
+    // Adding is narrowing, not fighting.
+    let narrowed = shape("/spec/nodeSelector/zone", json!("a"), Some("user-queue"))
+        .expect("a policy may add a node selector entry");
+    assert_eq!(
+        narrowed["spec"]["nodeSelector"],
+        json!({"instance-type": "spot", "zone": "a"})
+    );
+}
