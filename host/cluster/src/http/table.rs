@@ -33,16 +33,13 @@ pub fn age(timestamp: Option<&str>) -> String {
     }
 }
 
-/// Evaluates the small JSONPath subset printer columns use: `.a.b`, `.a[0]`, `.a[-1:]`.
+/// Evaluates the small JSONPath subset printer columns use: `.a.b`, `.a[0]`, `.a[-1:]`, and
+/// filters on a field of a list's items, `.a[?(@.type=='Ready')].status` (the first match).
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut current = obj;
-    for part in path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-    {
+    for part in path_parts(path.trim_start_matches('.')) {
         let (field, index) = match part.split_once('[') {
-            Some((f, rest)) => (f, Some(rest.trim_end_matches(']'))),
+            Some((f, rest)) => (f, Some(rest.strip_suffix(']').unwrap_or(rest))),
             None => (part, None),
         };
         if !field.is_empty() {
@@ -52,11 +49,47 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
             let items = current.as_array()?;
             current = match index {
                 "-1:" | "-1" => items.last()?,
+                i if i.starts_with("?(") => {
+                    let (key, wanted) = filter(i)?;
+                    items
+                        .iter()
+                        .find(|item| item.get(key).and_then(Value::as_str) == Some(wanted))?
+                }
                 i => items.get(i.parse::<usize>().ok()?)?,
             };
         }
     }
     Some(current)
+}
+
+/// The dot-separated parts of a path; dots inside brackets belong to their part.
+fn path_parts(path: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
+    for (i, c) in path.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                parts.push(&path[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&path[start..]);
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+/// `?(@.key=='value')` as its key and value.
+fn filter(expr: &str) -> Option<(&str, &str)> {
+    let inner = expr.strip_prefix("?(@.")?.strip_suffix(')')?;
+    let (key, value) = inner.split_once("==")?;
+    let value = value.trim();
+    let unquoted = value
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+        .or_else(|| value.strip_prefix('"').and_then(|v| v.strip_suffix('"')))?;
+    Some((key.trim(), unquoted))
 }
 
 fn cell(v: Option<&Value>) -> Value {
@@ -173,6 +206,13 @@ mod tests {
             Some(&json!("Created"))
         );
         assert_eq!(json_path(&job, ".spec.missing"), None);
+        let wl = json!({"status": {"conditions": [
+            {"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "False"},
+        ]}});
+        let admitted = ".status.conditions[?(@.type=='Admitted')].status";
+        assert_eq!(json_path(&wl, admitted), Some(&json!("False")));
+        let finished = ".status.conditions[?(@.type==\"Finished\")].status";
+        assert_eq!(json_path(&wl, finished), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::sync::broadcast;
 
 use crate::admission::cel::SchemaRules;
 use crate::admission::defaults;
-use crate::error::ApiError;
+use crate::error::{ApiError, StatusCause};
 use crate::storage::allocations::Allocations;
 
 /// A served resource type.
@@ -263,6 +263,15 @@ impl WatchEvent {
 /// Admission check of a resource type: `Err(message)` rejects a create or update as `Invalid`.
 pub type Validator = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 
+/// A mutating admission webhook of a resource type, as a controller installs one on a real
+/// cluster (Kueue's job defaulting and validation, for instance). It runs on every create (`old`
+/// is `None`) and whole-object update (`old` is the stored object) after the defaults and
+/// before the schema's rules and the validator, so what it sets is validated like what the
+/// client sent. It may change the object, or refuse the write with the failing fields, which the
+/// store answers as `Invalid` (422). It runs under the store's lock: it must not call the store.
+pub type Webhook =
+    Arc<dyn Fn(&mut Value, Option<&Value>) -> Result<(), Vec<StatusCause>> + Send + Sync>;
+
 /// How a patch is applied.
 #[derive(Clone, Debug)]
 pub enum Patch {
@@ -408,6 +417,8 @@ struct Inner {
     /// The oldest resourceVersion a watch may resume from.
     compacted: u64,
     validators: HashMap<String, Validator>,
+    /// The webhooks of each type, by name, run in the order they were added.
+    webhooks: HashMap<String, Vec<(String, Webhook)>>,
     /// The compiled CEL rules and bounds of each CRD-served type's schema.
     admission: HashMap<String, Arc<SchemaRules>>,
     /// The cluster IPs and node ports the stored services hold.
@@ -516,6 +527,7 @@ impl Store {
                 history: VecDeque::new(),
                 compacted: 1,
                 validators: HashMap::new(),
+                webhooks: HashMap::new(),
                 admission: HashMap::new(),
                 allocations: Allocations::default(),
             }),
@@ -572,6 +584,36 @@ impl Store {
         self.lock()
             .validators
             .insert(format!("{group}/{plural}"), v);
+    }
+
+    /// Installs (or, under the same name, replaces) a webhook of the type `group`/`plural`; the
+    /// type need not be served yet.
+    pub fn add_webhook(&self, group: &str, plural: &str, name: &str, hook: Webhook) {
+        let mut inner = self.lock();
+        let hooks = inner
+            .webhooks
+            .entry(format!("{group}/{plural}"))
+            .or_default();
+        match hooks.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = hook,
+            None => hooks.push((name.to_owned(), hook)),
+        }
+    }
+
+    /// Runs the webhooks of `t` on `obj`: the first refusal wins.
+    fn run_webhooks(
+        inner: &Inner,
+        t: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for (_, hook) in inner.webhooks.get(&t.key()).into_iter().flatten() {
+            hook(obj, old).map_err(|causes| {
+                let name = meta(obj, "name").unwrap_or_default();
+                ApiError::invalid_fields(&t.qualified_kind(), &t.group, &t.kind, &name, causes)
+            })?;
+        }
+        Ok(())
     }
 
     /// The served type of `group`/`plural`.
@@ -703,6 +745,7 @@ impl Store {
         // A real server defaults what it decodes before admission sees it.
         defaults::on_write(t.kind_of(), &mut obj);
         defaults::on_create(t.kind_of(), &mut obj);
+        Self::run_webhooks(&inner, t, &mut obj, None)?;
         Self::validate(&inner, t, &obj, None)?;
         if key.resource == SERVICES {
             Self::allocate(&mut inner, t, &name, &mut obj)?;
@@ -938,6 +981,7 @@ impl Store {
         if part == Part::Whole {
             defaults::keep_allocations(t.kind_of(), &current, &mut next);
             defaults::on_write(t.kind_of(), &mut next);
+            Self::run_webhooks(inner, t, &mut next, Some(&current))?;
             Self::validate(inner, t, &next, Some(&current))?;
         }
         // Server-owned metadata survives any update.
