@@ -1,5 +1,5 @@
 //! Shared state of the reconcile loop: API client, caches of owned pods and services, event
-//! recorder, metrics, policies, the gang-scheduling caches, the reconcile seats, and the
+//! recorder, metrics, policies, the gang-scheduling and Kueue caches, the reconcile seats, and the
 //! per-job error backoff.
 
 use std::collections::{HashMap, HashSet};
@@ -19,6 +19,7 @@ use crate::backoff::backoff_for;
 use crate::error::Error;
 use crate::event_recorder::EventRecorder;
 use crate::gang::GangCaches;
+use crate::kueue::KueueCaches;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::owner_index::OwnedCache;
@@ -52,6 +53,8 @@ pub struct Context {
     pub progress: Arc<Progress>,
     /// PodGroups and priority classes, when jobs are gang-scheduled.
     pub gang: Option<GangCaches>,
+    /// Workloads, ResourceFlavors and priority classes, when the operator owns Kueue Workloads.
+    pub kueue: Option<KueueCaches>,
     /// Whether this instance leads; a standby reconciles nothing.
     pub leadership: Leadership,
     /// The seats every reconcile takes before it runs, shared fairly among namespaces.
@@ -86,6 +89,7 @@ impl Context {
             created_services: RecentlyCreated::new(BELIEVE_FOR),
             progress: Arc::default(),
             gang: None,
+            kueue: None,
             leadership: Leadership::always(),
             seats: Seats::new(SeatLimits::new(DEFAULT_SEATS)),
             jobs: None,
@@ -107,6 +111,12 @@ impl Context {
     /// The same context, reconciling only while `leadership` says this instance leads.
     pub fn with_leadership(mut self, leadership: Leadership) -> Context {
         self.leadership = leadership;
+        self
+    }
+
+    /// The same context, gating queued jobs on Kueue Workloads read from these caches.
+    pub fn with_kueue(mut self, kueue: KueueCaches) -> Context {
+        self.kueue = Some(kueue);
         self
     }
 

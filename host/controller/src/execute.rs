@@ -2,7 +2,7 @@
 //! status first (optimistic concurrency on the job's resourceVersion, so a stale job cache
 //! conflicts instead of counting a restart twice), then deletions (with uid preconditions), then
 //! creations (AlreadyExists is success), then events, then the TTL deletion of the job. A
-//! PodGroup change goes between the status and the pods.
+//! PodGroup change and a Kueue Workload change go between the status and the pods.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use tfjob_planner::{Deletion, EventType, JobEvent, Plan};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::kueue;
 use crate::pod_group::{self, Applied};
 
 /// How soon a job is looked at again after its status write lost an optimistic-concurrency race.
@@ -70,6 +71,14 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     // that cannot be written stops the reconcile here, as 1.9 created no pods then.
     if let (Some(change), Some(gang)) = (&plan.pod_group, &ctx.gang)
         && let Applied::Conflict = pod_group::apply(ctx, gang, job, &reference, change).await?
+    {
+        return Ok(Executed::Conflict);
+    }
+
+    // The Workload before any pod, for the same reason: pods run only for an admitted one.
+    if let Some(change) = &plan.workload
+        && ctx.kueue.is_some()
+        && let kueue::Applied::Conflict = kueue::apply(ctx, job, &reference, change).await?
     {
         return Ok(Executed::Conflict);
     }

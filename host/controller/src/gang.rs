@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -54,17 +53,7 @@ pub fn watch(
         .default_backoff()
         .touched_objects();
 
-    let (priority_classes, pc_writer) = reflector::store();
-    let classes: Api<PriorityClass> = Api::all(client.clone());
-    tokio::spawn(
-        reflector(pc_writer, watcher(classes, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|event| async move {
-                if let Err(e) = event {
-                    tracing::debug!(error = %e, "priority class watch");
-                }
-            }),
-    );
+    let priority_classes = crate::priority_classes::watch(client);
     (
         GangCaches {
             resource,
@@ -88,10 +77,6 @@ impl GangCaches {
 
     /// Values of the cluster's priority classes by name.
     pub fn priority_values(&self) -> BTreeMap<String, i32> {
-        self.priority_classes
-            .state()
-            .iter()
-            .map(|pc| (pc.name_any(), pc.value))
-            .collect()
+        crate::priority_classes::values(&self.priority_classes)
     }
 }

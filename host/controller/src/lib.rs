@@ -2,7 +2,8 @@
 //!
 //! A kube-runtime `Controller` on TFJobs that owns Pods and Services: shared reflector caches
 //! feed both the controller's triggers and the planner's view of each job's objects (and, with a
-//! gang scheduler, of its PodGroup: [`gang`]); every
+//! gang scheduler, of its PodGroup: [`gang`]; with `--kueue-workloads`, of its Workload:
+//! [`kueue`]); every
 //! reconcile runs the pure planner ([`tfjob_planner`]) and executes its plan ([`execute`]).
 //! Also the Prometheus metrics (training-operator's, this operator's, and the standard ones of
 //! controller-runtime, client-go's work queue and the process) and the health endpoint. The
@@ -17,11 +18,13 @@ pub mod event_recorder;
 pub mod execute;
 pub mod gang;
 pub mod http;
+pub mod kueue;
 pub mod leader;
 pub mod metrics;
 pub mod outcome;
 pub mod owner_index;
 pub mod pod_group;
+pub mod priority_classes;
 pub mod process;
 pub mod progress;
 pub mod recent;
@@ -147,6 +150,10 @@ pub async fn run(
         .gang_scheduler
         .as_ref()
         .map(|scheduler| gang::watch(&client, scheduler, config.namespace.as_deref()));
+    let kueue = config
+        .settings
+        .kueue_workloads
+        .then(|| kueue::watch(&client, config.namespace.as_deref()));
     let mut ctx = Context::new(
         client.clone(),
         pod_cache.clone(),
@@ -163,6 +170,11 @@ pub async fn run(
     if let Some((caches, stream)) = gang {
         group_trigger = Some((stream, caches.resource.clone()));
         ctx = ctx.with_gang(caches);
+    }
+    let mut workload_trigger = None;
+    if let Some((caches, stream)) = kueue {
+        workload_trigger = Some(stream);
+        ctx = ctx.with_kueue(caches);
     }
     let ctx = Arc::new(ctx);
 
@@ -208,6 +220,11 @@ pub async fn run(
     if let Some((stream, resource)) = group_trigger {
         // A PodGroup's phase change (Volcano admitting it) wakes its job.
         controller = controller.owns_stream_with(queue.owner_triggers(stream), resource);
+    }
+    if let Some(stream) = workload_trigger {
+        // A Workload admitted, evicted or changed by someone else wakes its job.
+        controller =
+            controller.owns_stream_with(queue.owner_triggers(stream), kueue::workload_resource());
     }
     let controller = controller
         // A new leader looks at every job: the standby skipped the events it saw.

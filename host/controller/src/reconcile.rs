@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tfjob_api::TFJob;
 use tfjob_planner::call_watch::CallWatch;
+use tfjob_planner::kueue::KueueView;
 use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
 
 use crate::context::Context;
@@ -106,11 +107,14 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Outcome, Error
     let pods = ctx.pods_of(&uid);
     let services = ctx.services_of(&uid);
     let pod_group = ctx.gang.as_ref().and_then(|g| g.observed(job));
-    let priority_classes = ctx
-        .gang
-        .as_ref()
-        .map(|g| g.priority_values())
-        .unwrap_or_default();
+    let priority_classes = match (&ctx.gang, &ctx.kueue) {
+        (Some(g), _) => g.priority_values(),
+        (None, Some(k)) => k.priority_values(),
+        (None, None) => Default::default(),
+    };
+    let workload = ctx.kueue.as_ref().and_then(|k| k.observed(job));
+    let flavors = ctx.kueue.as_ref().map(|k| k.flavors()).unwrap_or_default();
+    let kueue = ctx.kueue.is_some();
     let now = jiff::Timestamp::now();
 
     // Policies may block (a Wasm guest runs inside them), so the planner runs on the blocking
@@ -132,6 +136,10 @@ async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Outcome, Error
                 policies: pinned.as_deref().unwrap_or(ctx.policies.as_ref()),
                 pod_group: pod_group.as_ref(),
                 priority_classes: &priority_classes,
+                kueue: kueue.then_some(KueueView {
+                    workload: workload.as_ref(),
+                    flavors: &flavors,
+                }),
             })
         })
         .await

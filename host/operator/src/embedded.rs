@@ -65,6 +65,9 @@ pub struct ClusterOptions {
     /// The operator gang-schedules jobs with this scheduler (`up --gang-scheduler-name`), and
     /// the simulated cluster runs it (unless `kubelet.gang_scheduler` names another).
     pub gang_scheduler: Option<GangScheduler>,
+    /// The operator owns a Kueue Workload for each job with a queue label and runs its pods
+    /// only while it is admitted (`--kueue-workloads`).
+    pub kueue_workloads: bool,
     /// The operator campaigns for this Lease and writes only while it holds it.
     pub leader_election: Option<LeaseConfig>,
     /// The API server authorizes requests by the RBAC objects it holds (`up --authorize`);
@@ -91,6 +94,7 @@ impl ClusterOptions {
             run_operator: true,
             faults: FaultConfig::default(),
             gang_scheduler: None,
+            kueue_workloads: false,
             leader_election: None,
             authorize: false,
         }
@@ -178,6 +182,7 @@ pub struct EmbeddedCluster {
     trusted_keys: Arc<TrustedKeys>,
     registry: Option<PolicyRegistry>,
     gang_scheduler: Option<GangScheduler>,
+    kueue_workloads: bool,
     leader_election: Option<LeaseConfig>,
 }
 
@@ -256,6 +261,7 @@ impl EmbeddedCluster {
             trusted_keys: options.trusted_keys,
             registry: options.registry,
             gang_scheduler: options.gang_scheduler,
+            kueue_workloads: options.kueue_workloads,
             leader_election: options.leader_election,
         };
         if options.run_operator {
@@ -433,6 +439,7 @@ impl EmbeddedCluster {
             registry: self.registry.clone(),
             settings: Settings {
                 gang_scheduler: self.gang_scheduler.clone(),
+                kueue_workloads: self.kueue_workloads,
                 ..Settings::default()
             },
             leader_election: self.leader_election.clone(),

@@ -529,6 +529,7 @@ fn run_planner(
         policies,
         pod_group: None,
         priority_classes: &BTreeMap::new(),
+        kueue: None,
     };
     match plan(&input) {
         Ok(p) => Some(p),

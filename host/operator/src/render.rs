@@ -165,6 +165,7 @@ fn render_job(
         policies,
         pod_group: None,
         priority_classes: &Default::default(),
+        kueue: None,
     };
     let plan = plan(&input).map_err(|e| vec![e.to_string()])?;
     let mut objects = Vec::new();

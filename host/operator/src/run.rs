@@ -62,6 +62,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(scheduler) = &gang_scheduler {
         require_pod_groups(&client, scheduler).await?;
     }
+    if args.kueue_workloads {
+        require_workloads(&client).await?;
+    }
     let config = OperatorConfig {
         namespace: args.watched_namespace(),
         threads: args.threads,
@@ -72,6 +75,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             cluster_domain: args.cluster_domain.clone().filter(|d| !d.is_empty()),
             status_batch: std::time::Duration::from_millis(args.status_batch_ms),
             gang_scheduler,
+            kueue_workloads: args.kueue_workloads,
         },
         instance: std::env::var("POD_NAME").ok(),
         policy_namespaces: args.policy_namespaces(),
@@ -132,6 +136,23 @@ async fn require_pod_groups(client: &Client, scheduler: &GangScheduler) -> anyho
     }
 }
 
+/// Exits early when `--kueue-workloads` is set and Kueue's Workload CRD is not installed: every
+/// queued job would otherwise wait for a Workload that cannot be created.
+async fn require_workloads(client: &Client) -> anyhow::Result<()> {
+    let resource = tfjob_controller::kueue::workload_resource();
+    let workloads: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match workloads
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => anyhow::bail!(
+            "--kueue-workloads: the Workload CRD kueue.x-k8s.io/v1beta2 is not installed on the cluster; install Kueue (0.13 or later) or leave the flag out"
+        ),
+        Err(e) => Err(e).context("listing kueue.x-k8s.io/v1beta2 Workloads"),
+    }
+}
+
 /// Resolves on the first SIGTERM or SIGINT.
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -181,6 +202,12 @@ pub struct RunArgs {
     /// for scheduler-plugins' coscheduling (scheduling.x-k8s.io PodGroups) [default: none].
     #[arg(long, value_name = "NAME")]
     pub gang_scheduler_name: Option<String>,
+    /// Create and own a Kueue Workload (kueue.x-k8s.io/v1beta2) for each job labelled
+    /// kueue.x-k8s.io/queue-name, and run its pods only while Kueue admits it. For Kueue
+    /// versions whose built-in TFJob integration is off or gone; leave it off while that
+    /// integration manages TFJobs.
+    #[arg(long)]
+    pub kueue_workloads: bool,
     /// Requests per second to the API server, sustained (client-side token bucket).
     #[arg(long, default_value_t = 20, value_name = "QPS", value_parser = clap::value_parser!(u32).range(1..))]
     pub kube_api_qps: u32,

@@ -155,6 +155,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .as_deref()
             .filter(|name| !name.is_empty())
             .map(GangScheduler::from_name),
+        kueue_workloads: false,
         authorize: args.authorize,
     })
     .await?;

@@ -5,13 +5,14 @@
 //! delete, the new status, events, metric transitions and when to look again. It never performs
 //! IO; the pod-level decisions go through the [`policy::PodPolicies`] seam so that the Wasm
 //! policy engine plugs in without changing the planner; [`gang`] describes the PodGroup of a
-//! gang-scheduled job; [`call_watch`] lets the async side stop
+//! gang-scheduled job and [`kueue`] the Workload of a job Kueue queues; [`call_watch`] lets the async side stop
 //! waiting on a policy call that outlived its bound.
 
 pub mod call_watch;
 pub mod conditions;
 pub mod events;
 pub mod gang;
+pub mod kueue;
 pub mod names;
 pub mod native;
 pub mod objects;

@@ -20,6 +20,7 @@ use tfjob_api::{
 
 use crate::conditions::set_condition;
 use crate::gang::{self, GangScheduler, ObservedPodGroup, PodGroupChange};
+use crate::kueue::{self, Gate, KueueView, WorkloadChange};
 use crate::objects::{build_pod, build_service, object_name, replica_of, replica_selector};
 use crate::policy::{
     Classified, PodContext, PodPolicies, PolicyError, PolicyNote, Verdict, VerdictPhase,
@@ -49,6 +50,9 @@ pub struct Settings {
     /// The gang scheduler jobs are grouped for (`--gang-scheduler-name`); `None` creates no
     /// PodGroups and leaves pods' scheduler alone.
     pub gang_scheduler: Option<GangScheduler>,
+    /// The operator creates and owns a Kueue Workload for each job with a queue label, and
+    /// runs its pods only while the Workload is admitted (`--kueue-workloads`).
+    pub kueue_workloads: bool,
 }
 
 impl Default for Settings {
@@ -57,6 +61,7 @@ impl Default for Settings {
             cluster_domain: None,
             status_batch: STATUS_BATCH,
             gang_scheduler: None,
+            kueue_workloads: false,
         }
     }
 }
@@ -73,8 +78,12 @@ pub struct PlanInput<'a> {
     pub policies: &'a dyn PodPolicies,
     /// The job's PodGroup (named after the job), when gang scheduling is on and it exists.
     pub pod_group: Option<&'a ObservedPodGroup>,
-    /// Values of the cluster's priority classes by name, for a computed `minResources`.
+    /// Values of the cluster's priority classes by name, for a computed `minResources` and a
+    /// Workload's priority.
     pub priority_classes: &'a BTreeMap<String, i32>,
+    /// The job's Workload and the ResourceFlavors, when the operator owns Kueue Workloads
+    /// (`--kueue-workloads`); `None` otherwise.
+    pub kueue: Option<KueueView<'a>>,
 }
 
 /// Why the planner left a job alone.
@@ -130,6 +139,8 @@ pub struct Plan {
     pub create_pods: Vec<Pod>,
     /// Create, update or delete the job's PodGroup (gang scheduling only).
     pub pod_group: Option<PodGroupChange>,
+    /// Create, replace or finish the job's Kueue Workload (`--kueue-workloads` only).
+    pub workload: Option<WorkloadChange>,
     pub events: Vec<JobEvent>,
     pub transitions: Vec<Transition>,
     /// Delete the TFJob itself (TTL after finishing).
@@ -349,13 +360,28 @@ impl<'a, 'i> Planner<'a, 'i> {
         if self.status.is_finished() {
             self.finished(job);
             self.release_pod_group();
+            self.finish_workload();
             return Ok(());
         }
         if job.run_policy.suspend {
-            self.suspend(job);
+            let message = format!("TFJob {} is suspended.", self.name);
+            self.stop(job, "TFJobSuspended", &message);
             self.release_pod_group();
             return Ok(());
         }
+        let placed;
+        let job = match self.queue_gate(job) {
+            None => job,
+            Some(Gate::Wait { reason, message }) => {
+                self.stop(job, reason, &message);
+                self.release_pod_group();
+                return Ok(());
+            }
+            Some(Gate::Admitted(placement)) => {
+                placed = kueue::placed(job, &placement);
+                &placed
+            }
+        };
         if self.status.is_true(JobConditionType::Suspended) {
             let message = format!("TFJob {} is resumed.", self.name);
             self.condition(
@@ -462,7 +488,54 @@ impl<'a, 'i> Planner<'a, 'i> {
         }
     }
 
-    fn suspend(&mut self, job: &ValidJob) {
+    /// In Workload mode, for a job with a queue label: what its Workload allows, with the
+    /// Workload change that goes with it. `None` when the job is not Kueue's to gate.
+    fn queue_gate(&mut self, job: &ValidJob) -> Option<Gate> {
+        let view = self.input.kueue.as_ref()?;
+        let queue = kueue::queue_name(self.input.job)?;
+        let priority = match kueue::priority_class(job) {
+            None => None,
+            Some(class) => match self.input.priority_classes.get(&class) {
+                Some(value) => Some((class, *value)),
+                None => {
+                    return Some(Gate::Wait {
+                        reason: "WorkloadPending",
+                        message: format!(
+                            "PriorityClass {class} is not found; the job's Workload waits for it"
+                        ),
+                    });
+                }
+            },
+        };
+        let desired = kueue::desired(job, queue, priority.as_ref().map(|(c, v)| (c.as_str(), *v)));
+        let (gate, change) = kueue::gate(job, &desired, view);
+        self.plan.workload = change;
+        Some(gate)
+    }
+
+    /// A finished job gives its Workload's quota back.
+    fn finish_workload(&mut self) {
+        let Some(view) = self.input.kueue.as_ref() else {
+            return;
+        };
+        let succeeded = self.status.is_true(JobConditionType::Succeeded);
+        let type_ = if succeeded {
+            JobConditionType::Succeeded
+        } else {
+            JobConditionType::Failed
+        };
+        let message = self
+            .status
+            .condition(type_)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        self.plan.workload = kueue::finish(view.workload, succeeded, &message, self.now());
+    }
+
+    /// No pods run: those there are deleted with their services, the active counts drop to 0,
+    /// and the job shows `Suspended` with `reason` and `message` (the user suspended it, or its
+    /// Workload is not admitted).
+    fn stop(&mut self, job: &ValidJob, reason: &str, message: &str) {
         for pod in self.input.pods {
             if pod.metadata.deletion_timestamp.is_none() {
                 self.plan
@@ -489,23 +562,40 @@ impl<'a, 'i> Planner<'a, 'i> {
             );
         }
         self.write_replica_statuses(job, &tallies);
-        let message = format!("TFJob {} is suspended.", self.name);
         if self.status.is_true(JobConditionType::Running) {
             self.condition(
                 JobConditionType::Running,
                 ConditionStatus::False,
-                "TFJobSuspended",
-                &message,
+                reason,
+                message,
             );
         }
-        if !self.status.is_true(JobConditionType::Suspended) {
+        let news = self
+            .status
+            .condition(JobConditionType::Suspended)
+            .is_none_or(|c| {
+                c.status != ConditionStatus::True || c.reason != reason || c.message != message
+            });
+        if news {
             self.condition(
                 JobConditionType::Suspended,
                 ConditionStatus::True,
-                "TFJobSuspended",
-                &message,
+                reason,
+                message,
             );
-            self.event(EventType::Normal, "TFJobSuspended", message, None);
+            // The algebra keeps a condition whose reason is unchanged; a Workload's wait is
+            // told anew when its message changes (another queue, another shortage).
+            let now = self.now();
+            if let Some(c) = self
+                .status
+                .conditions
+                .iter_mut()
+                .find(|c| c.type_ == JobConditionType::Suspended && c.message != message)
+            {
+                c.message = message.to_owned();
+                c.last_update_time = Some(Time(now));
+            }
+            self.event(EventType::Normal, reason, message.to_owned(), None);
         }
     }
 

@@ -87,6 +87,7 @@ fn plan_with(cluster: &Cluster, policies: &Fixed) -> Result<Plan, PlanError> {
         policies,
         pod_group: None,
         priority_classes: &Default::default(),
+        kueue: None,
     })
 }
 

@@ -103,6 +103,7 @@ pub fn run_gang(
         policies: &policies,
         pod_group,
         priority_classes: &Default::default(),
+        kueue: None,
     })
     .expect("native policies never fail")
 }
