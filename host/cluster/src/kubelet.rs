@@ -42,6 +42,7 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::storage::crd::podgroups;
+use crate::storage::events::{self, Note};
 use crate::storage::store::{EventType, Part, Patch, ResourceType, Store, WatchEvent};
 use gang::{Decision, Family, GroupSpec, Members, Scheduling};
 use log_script::{LogEvent, LogScript};
@@ -375,7 +376,6 @@ struct Kubelet {
     config: KubeletConfig,
     pods_t: ResourceType,
     nodes_t: ResourceType,
-    events_t: Option<ResourceType>,
     nodes: Vec<Node>,
     /// Every pod seen, by uid.
     pods: HashMap<String, Tracked>,
@@ -458,7 +458,6 @@ impl Kubelet {
     fn new(store: Arc<Store>, config: KubeletConfig) -> Option<Kubelet> {
         let pods_t = store.resource("", "pods")?;
         let nodes_t = store.resource("", "nodes")?;
-        let events_t = store.resource("", "events");
         let cpu = quantity_or(&config.cpu, "cpu", "8");
         let memory = quantity_or(&config.memory, "memory", "32Gi");
         let nodes = (0..config.nodes)
@@ -525,7 +524,6 @@ impl Kubelet {
             config,
             pods_t,
             nodes_t,
-            events_t,
             nodes,
             pods: HashMap::new(),
             unscheduled: BTreeSet::new(),
@@ -1000,32 +998,16 @@ impl Kubelet {
             %message,
             "ignoring malformed simulation annotations"
         );
-        let Some(events_t) = &self.events_t else {
-            return;
-        };
-        let now = Timestamp::now().to_string();
-        let ns = meta(pod, "namespace");
-        let event = json!({
-            "metadata": {
-                "name": format!("{}.{}", meta(pod, "name"), uuid::Uuid::new_v4().simple()),
-                "namespace": ns,
-            },
-            "involvedObject": {
-                "apiVersion": "v1", "kind": "Pod", "namespace": ns,
-                "name": meta(pod, "name"), "uid": meta(pod, "uid"),
-            },
-            "reason": "InvalidSimulationScript",
-            "message": message,
-            "type": "Warning",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+        let involved = json!({
+            "apiVersion": "v1", "kind": "Pod", "namespace": meta(pod, "namespace"),
+            "name": meta(pod, "name"), "uid": meta(pod, "uid"),
         });
-        if let Err(e) = self.store.create(events_t, Some(ns), event) {
-            tracing::debug!(error = %e, "cannot record the event");
-        }
+        let note = Note {
+            warning: true,
+            reason: "InvalidSimulationScript",
+            message: &message,
+        };
+        events::record(&self.store, COMPONENT, involved, note);
     }
 
     /// The pod just landed on node `node`: containers being created, or stuck as scripted.

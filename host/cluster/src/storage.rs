@@ -1,10 +1,12 @@
 //! The objects and their history: the versioned store with its watch history ([`store`]),
 //! label and field selectors ([`selector`]), patches ([`strategic_merge`]), cluster IP and node
-//! port allocation ([`allocations`]), the custom resource types that CRDs install ([`crd`]), and
-//! the state file kept across restarts ([`persist`]).
+//! port allocation ([`allocations`]), the custom resource types that CRDs install ([`crd`]), the
+//! Events simulated components record ([`events`]), and the state file kept across restarts
+//! ([`persist`]).
 
 pub mod allocations;
 pub mod crd;
+pub mod events;
 pub mod persist;
 pub mod selector;
 pub mod store;

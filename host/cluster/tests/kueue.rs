@@ -228,6 +228,17 @@ impl Cluster {
         self.ok(&["apply", "-f", path.to_str().unwrap()])
     }
 
+    /// `kubectl apply -f` of a file of the Kueue reference data.
+    fn apply_reference(&self, file: &str) {
+        self.ok(&["apply", "-f", reference(file).to_str().unwrap()]);
+    }
+
+    /// Sets a ClusterQueue's `stopPolicy` with `kubectl patch`.
+    fn stop_policy(&self, cq: &str, policy: &str) {
+        let patch = format!(r#"{{"spec":{{"stopPolicy":"{policy}"}}}}"#);
+        self.ok(&["patch", "cq", cq, "--type=merge", "-p", &patch]);
+    }
+
     fn create_workload(&self, wl: Value) {
         self.store
             .create(&self.workloads, Some("default"), wl)
@@ -314,6 +325,14 @@ impl Cluster {
         events.into_iter().map(|e| (*e.object).clone()).collect()
     }
 
+    /// Waits for an event about object `name` with `reason` (recorded just after the write it
+    /// is about).
+    fn wait_event(&self, kind: &str, name: &str, reason: &str) {
+        self.eventually(&format!("a {reason} event about {kind} {name}"), || {
+            (!self.events(kind, name, reason).is_empty()).then_some(())
+        });
+    }
+
     /// The events about object `name` with `reason`.
     fn events(&self, kind: &str, name: &str, reason: &str) -> Vec<Value> {
         let events = self.store.resource("", "events").unwrap();
@@ -354,18 +373,8 @@ fn cpu_held_over_time(history: &[Value]) -> Vec<i128> {
 
 /// The sample TFJob of Kueue's documentation, through Kueue's single-ClusterQueue setup.
 fn sample_tfjob_is_queued_and_admitted(c: &Cluster) -> Value {
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/single-clusterqueue-setup.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/sample-tfjob.yaml").to_str().unwrap(),
-    ]);
+    c.apply_reference("examples/single-clusterqueue-setup.yaml");
+    c.apply_reference("examples/sample-tfjob.yaml");
     let job = "tensorflow-dist-mnist";
 
     let wl = c.job_workload(job);
@@ -419,9 +428,9 @@ fn sample_tfjob_is_queued_and_admitted(c: &Cluster) -> Value {
     c.wait_job(job, "resumed", |j| {
         !suspended(j) && j["spec"]["runPolicy"]["suspend"] == false
     });
-    assert!(!c.events("Workload", &name, "QuotaReserved").is_empty());
-    assert!(!c.events("TFJob", job, "Started").is_empty());
-    assert!(!c.events("TFJob", job, "CreatedWorkload").is_empty());
+    c.wait_event("Workload", &name, "QuotaReserved");
+    c.wait_event("TFJob", job, "Started");
+    c.wait_event("TFJob", job, "CreatedWorkload");
 
     let cq = c.eventually("the ClusterQueue's counts", || {
         c.get(&c.kind("clusterqueues"), "cluster-queue")
@@ -469,13 +478,7 @@ fn kueues_samples_queue_the_sample_tfjob_and_admit_it() {
 #[test]
 fn quota_holds_workloads_back_until_others_finish_and_is_never_exceeded() {
     let c = start(false, false);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/single-clusterqueue-setup.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    c.apply_reference("examples/single-clusterqueue-setup.yaml");
     for i in 0..4 {
         c.create_workload(workload(&format!("w{i}"), "user-queue", 3, "1"));
     }
@@ -496,7 +499,7 @@ fn quota_holds_workloads_back_until_others_finish_and_is_never_exceeded() {
                 message.starts_with("couldn't assign flavors to pod set worker: insufficient quota for cpu in flavor default-flavor in ClusterQueue cluster-queue"),
                 "{message}"
             );
-            assert!(!c.events("Workload", &name, "Pending").is_empty());
+            c.wait_event("Workload", &name, "Pending");
         }
     }
     assert_eq!(held, 3, "9 cpu hold three workloads of 3");
@@ -553,27 +556,14 @@ fn quota_holds_workloads_back_until_others_finish_and_is_never_exceeded() {
 #[test]
 fn draining_a_queue_or_deactivating_a_workload_evicts_and_undoing_it_admits_again() {
     let c = start(false, false);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/single-clusterqueue-setup.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    c.apply_reference("examples/single-clusterqueue-setup.yaml");
     c.create_workload(workload("a", "user-queue", 2, "1"));
     c.create_workload(workload("b", "user-queue", 2, "1"));
     c.wait_workload("a", "admitted", admitted);
     c.wait_workload("b", "admitted", admitted);
 
     let cqs = c.kind("clusterqueues");
-    c.ok(&[
-        "patch",
-        "clusterqueue",
-        "cluster-queue",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"stopPolicy":"HoldAndDrain"}}"#,
-    ]);
+    c.stop_policy("cluster-queue", "HoldAndDrain");
     let evicted = c.wait_workload("a", "evicted", |w| is_true(w, "Evicted"));
     assert_eq!(
         condition(&evicted, "Evicted").unwrap()["reason"],
@@ -598,14 +588,7 @@ fn draining_a_queue_or_deactivating_a_workload_evicts_and_undoing_it_admits_agai
     });
     assert_eq!(stopped["status"]["admittedWorkloads"], 0);
 
-    c.ok(&[
-        "patch",
-        "clusterqueue",
-        "cluster-queue",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"stopPolicy":"None"}}"#,
-    ]);
+    c.stop_policy("cluster-queue", "None");
     for name in ["a", "b", "c"] {
         c.wait_workload(name, "admitted again", admitted);
     }
@@ -668,13 +651,7 @@ fn draining_a_queue_or_deactivating_a_workload_evicts_and_undoing_it_admits_agai
 #[test]
 fn a_flavor_no_node_carries_is_passed_over_until_a_node_is_labelled() {
     let c = start(true, false);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/resource-flavor-tolerations.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    c.apply_reference("examples/resource-flavor-tolerations.yaml");
     c.apply(&queues("spot-queue", &["spot"], "8"));
     c.apply(&tfjob("spotty", "user-queue"));
     let wl = c.job_workload("spotty");
@@ -700,29 +677,15 @@ fn a_flavor_no_node_carries_is_passed_over_until_a_node_is_labelled() {
     );
 
     // Drained: the job is suspended and its templates are as they were.
-    c.ok(&[
-        "patch",
-        "cq",
-        "spot-queue",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"stopPolicy":"HoldAndDrain"}}"#,
-    ]);
+    c.stop_policy("spot-queue", "HoldAndDrain");
     let job = c.wait_job("spotty", "suspended again", suspended);
     let spec = &job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"];
     assert!(
         spec.get("nodeSelector").is_none() && spec.get("tolerations").is_none(),
         "{spec}"
     );
-    assert!(!c.events("TFJob", "spotty", "Stopped").is_empty());
-    c.ok(&[
-        "patch",
-        "cq",
-        "spot-queue",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"stopPolicy":"None"}}"#,
-    ]);
+    c.wait_event("TFJob", "spotty", "Stopped");
+    c.stop_policy("spot-queue", "None");
     c.wait_job("spotty", "resumed again", |j| !suspended(j));
 }
 
@@ -738,13 +701,7 @@ fn kueues_real_crds_serve_the_simulation_and_accept_what_it_writes() {
     assert_eq!(served["spec"]["versions"].as_array().unwrap().len(), 2);
 
     let finished = sample_tfjob_is_queued_and_admitted(&c);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/resource-flavor-tolerations.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    c.apply_reference("examples/resource-flavor-tolerations.yaml");
     c.apply(&queues("spot-queue", &["spot"], "4").replace("user-queue", "spot-user"));
     c.ok(&["label", "node", "sim-node-0", "instance-type=spot"]);
     c.apply(&tfjob("one", "spot-user"));
@@ -761,14 +718,7 @@ fn kueues_real_crds_serve_the_simulation_and_accept_what_it_writes() {
             .count();
         (n == 2).then_some(())
     });
-    c.ok(&[
-        "patch",
-        "cq",
-        "spot-queue",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"stopPolicy":"HoldAndDrain"}}"#,
-    ]);
+    c.stop_policy("spot-queue", "HoldAndDrain");
     c.eventually("all evicted", || {
         let (all, _) = c.store.list(&c.workloads, Some("default"));
         all.iter()
@@ -810,13 +760,7 @@ fn kueues_real_crds_serve_the_simulation_and_accept_what_it_writes() {
 #[test]
 fn missing_queues_zero_quota_and_meddling_are_handled() {
     let c = start(true, false);
-    c.ok(&[
-        "apply",
-        "-f",
-        reference("examples/single-clusterqueue-setup.yaml")
-            .to_str()
-            .unwrap(),
-    ]);
+    c.apply_reference("examples/single-clusterqueue-setup.yaml");
     c.create_workload(workload("lost", "nowhere", 1, "1"));
     let lost = c.wait_workload("lost", "pending", |w| {
         condition(w, "QuotaReserved").is_some()

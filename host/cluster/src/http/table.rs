@@ -64,20 +64,10 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// The dot-separated parts of a path; dots inside brackets belong to their part.
 fn path_parts(path: &str) -> Vec<&str> {
-    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
-    for (i, c) in path.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            '.' if depth == 0 => {
-                parts.push(&path[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&path[start..]);
-    parts.into_iter().filter(|p| !p.is_empty()).collect()
+    crate::storage::selector::split_outside(path, '.', ('[', ']'))
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 /// `?(@.key=='value')` as its key and value.

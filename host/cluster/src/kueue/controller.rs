@@ -29,6 +29,7 @@ use super::quota::{self, Decision, World};
 use super::status::{self, Stamp};
 use super::{COMPONENT, GROUP, KueueConfig};
 use crate::error::ApiError;
+use crate::storage::events::{self, Note};
 use crate::storage::store::{DeleteOptions, Part, Patch, ResourceType, Store, WatchEvent};
 
 /// How long the loop waits after a change for the changes that come with it (a `kubectl
@@ -55,7 +56,6 @@ struct Types {
     namespaces: Option<ResourceType>,
     tfjobs: Option<ResourceType>,
     priority_classes: Option<ResourceType>,
-    events: Option<ResourceType>,
 }
 
 impl Types {
@@ -69,7 +69,6 @@ impl Types {
             namespaces: store.resource("", "namespaces"),
             tfjobs: store.resource(TFJOB_GROUP, TFJOB_PLURAL),
             priority_classes: store.resource("scheduling.k8s.io", "priorityclasses"),
-            events: store.resource("", "events"),
         })
     }
 }
@@ -174,39 +173,22 @@ impl Controller {
         self.admit(&t, &now);
     }
 
-    fn event(&self, t: &Types, involved: &Value, warning: bool, reason: &str, message: &str) {
-        let Some(events_t) = &t.events else {
-            return;
+    fn event(&self, involved: Value, warning: bool, reason: &str, message: &str) {
+        let note = Note {
+            warning,
+            reason,
+            message,
         };
-        let now = now();
-        let ns = involved["namespace"].as_str().unwrap_or("default");
-        let event = json!({
-            "metadata": {
-                "name": format!("{}.{}", involved["name"].as_str().unwrap_or_default(), uuid::Uuid::new_v4().simple()),
-                "namespace": ns,
-            },
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": if warning { "Warning" } else { "Normal" },
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        if let Err(e) = self.store.create(events_t, Some(ns), event) {
-            tracing::debug!(error = %e, "cannot record the event");
-        }
+        events::record(&self.store, COMPONENT, involved, note);
     }
 
     /// An Event on a Workload and, with the integration, on its job.
-    fn workload_event(&self, t: &Types, wl: &Value, warning: bool, reason: &str, message: &str) {
-        self.event(t, &reference(wl), warning, reason, message);
+    fn workload_event(&self, wl: &Value, warning: bool, reason: &str, message: &str) {
+        self.event(reference(wl), warning, reason, message);
         if self.config.integration
             && let Some(job) = owner_reference(wl)
         {
-            self.event(t, &job, warning, reason, message);
+            self.event(job, warning, reason, message);
         }
     }
 
@@ -302,13 +284,7 @@ impl Controller {
             if self.write(tfjobs, restored.clone()).is_err() {
                 return;
             }
-            self.event(
-                t,
-                &reference(&job),
-                false,
-                "Stopped",
-                "No matching Workload",
-            );
+            self.event(reference(&job), false, "Stopped", "No matching Workload");
             job = restored;
         }
         let priority = tfjob::priority_class(&job).and_then(|class| {
@@ -322,13 +298,13 @@ impl Controller {
         match self.store.create(&t.workloads, Some(ns), wl) {
             Ok(created) => {
                 let message = format!("Created Workload: {ns}/{}", meta(&created, "name"));
-                self.event(t, &reference(&job), false, "CreatedWorkload", &message);
+                self.event(reference(&job), false, "CreatedWorkload", &message);
             }
             Err(e) if e.reason == "AlreadyExists" => {}
             Err(e) => {
                 tracing::warn!(job = meta(&job, "name"), error = %e, "cannot create the job's workload");
                 let message = format!("Cannot create the Workload: {}", e.message);
-                self.event(t, &reference(&job), true, "ErrWorkloadCompose", &message);
+                self.event(reference(&job), true, "ErrWorkloadCompose", &message);
             }
         }
     }
@@ -351,7 +327,7 @@ impl Controller {
                 && let Some(status) = status::finished(wl, reason, &message, Stamp::of(wl, now))
                 && self.write_status(&t.workloads, wl, status).is_ok()
             {
-                self.workload_event(t, wl, false, "Finished", &message);
+                self.workload_event(wl, false, "Finished", &message);
             }
             return;
         }
@@ -386,7 +362,7 @@ impl Controller {
                 let started = tfjob::start(job, &admission, flavors);
                 if self.write(tfjobs, started).is_ok() {
                     let message = format!("Admitted by clusterQueue {}", admission.cluster_queue);
-                    self.event(t, &reference(job), false, "Started", &message);
+                    self.event(reference(job), false, "Started", &message);
                 }
             }
             Some(_) => {}
@@ -397,7 +373,7 @@ impl Controller {
                     .unwrap_or("Not admitted by cluster queue")
                     .to_owned();
                 if self.write(tfjobs, tfjob::stop(job, wl)).is_ok() {
-                    self.event(t, &reference(job), false, "Stopped", &message);
+                    self.event(reference(job), false, "Stopped", &message);
                 }
             }
             None if !tfjob::pod_sets_match(job, wl) => {
@@ -468,7 +444,7 @@ impl Controller {
             };
             if self.write_status(&t.workloads, wl, next).is_ok() {
                 let reason = format!("EvictedDueTo{}", why.reason());
-                self.workload_event(t, wl, false, &reason, why.message());
+                self.workload_event(wl, false, &reason, why.message());
             } else {
                 released = false;
             }
@@ -487,9 +463,9 @@ impl Controller {
                     if self.write_status(&t.workloads, wl, next).is_ok() {
                         let cq = &admission.cluster_queue;
                         let reserved = format!("Quota reserved in ClusterQueue {cq}");
-                        self.workload_event(t, wl, false, "QuotaReserved", &reserved);
+                        self.workload_event(wl, false, "QuotaReserved", &reserved);
                         let message = format!("Admitted by ClusterQueue {cq}");
-                        self.workload_event(t, wl, false, "Admitted", &message);
+                        self.workload_event(wl, false, "Admitted", &message);
                     }
                 }
                 Decision::Pending { message, queued } => {
@@ -500,7 +476,7 @@ impl Controller {
                     if self.write_status(&t.workloads, wl, next).is_ok()
                         && before != Some(message.as_str())
                     {
-                        self.workload_event(t, wl, true, "Pending", message);
+                        self.workload_event(wl, true, "Pending", message);
                     }
                 }
                 Decision::Evict(_) => {}

@@ -117,6 +117,26 @@ fn column(name: &str, type_: &str, path: &str, description: &str) -> Value {
     json!({"name": name, "type": type_, "jsonPath": path, "description": description})
 }
 
+/// The queues' `Pending Workloads` column.
+fn pending_column() -> Value {
+    column(
+        "Pending Workloads",
+        "integer",
+        ".status.pendingWorkloads",
+        "Number of pending workloads",
+    )
+}
+
+/// The queues' `Admitted Workloads` column.
+fn admitted_column() -> Value {
+    column(
+        "Admitted Workloads",
+        "integer",
+        ".status.admittedWorkloads",
+        "Number of admitted workloads that haven't finished yet",
+    )
+}
+
 fn crd(
     plural: &str,
     kind: &str,
@@ -322,18 +342,8 @@ pub fn cluster_queues() -> Value {
             ),
             json!({"name": "Strategy", "type": "string", "priority": 1, "jsonPath": ".spec.queueingStrategy",
                 "description": "The queueing strategy used to prioritize workloads"}),
-            column(
-                "Pending Workloads",
-                "integer",
-                ".status.pendingWorkloads",
-                "Number of pending workloads",
-            ),
-            column(
-                "Admitted Workloads",
-                "integer",
-                ".status.admittedWorkloads",
-                "Number of admitted workloads that haven't finished yet",
-            ),
+            pending_column(),
+            admitted_column(),
         ],
         spec,
         Some(status),
@@ -368,18 +378,8 @@ pub fn local_queues() -> Value {
                 ".spec.clusterQueue",
                 "Backing ClusterQueue",
             ),
-            column(
-                "Pending Workloads",
-                "integer",
-                ".status.pendingWorkloads",
-                "Number of pending workloads",
-            ),
-            column(
-                "Admitted Workloads",
-                "integer",
-                ".status.admittedWorkloads",
-                "Number of admitted workloads that haven't finished yet.",
-            ),
+            pending_column(),
+            admitted_column(),
         ],
         spec,
         Some(status),

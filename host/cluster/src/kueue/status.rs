@@ -37,6 +37,15 @@ struct Cond<'a> {
     message: &'a str,
 }
 
+fn cond<'a>(type_: &'a str, status: bool, reason: &'a str, message: &'a str) -> Cond<'a> {
+    Cond {
+        type_,
+        status,
+        reason,
+        message,
+    }
+}
+
 /// Sets a condition in `status.conditions`, keeping its transition time when its status
 /// stays.
 fn set(status: &mut Map<String, Value>, c: &Cond<'_>, stamp: Stamp<'_>) {
@@ -103,13 +112,7 @@ pub fn admitted(wl: &Value, admission: &Admission, stamp: Stamp<'_>) -> Option<V
         ("QuotaReserved", "QuotaReserved", reserved.as_str()),
         ("Admitted", "Admitted", "The workload is admitted"),
     ] {
-        let c = Cond {
-            type_,
-            status: true,
-            reason,
-            message,
-        };
-        set(&mut status, &c, stamp);
+        set(&mut status, &cond(type_, true, reason, message), stamp);
     }
     // Admitted in the pass that saw the cause of its eviction gone.
     requeue(wl, &mut status, stamp);
@@ -190,13 +193,7 @@ pub fn evicted(wl: &Value, why: Eviction, stamp: Stamp<'_>) -> Option<Value> {
         ("Requeued", false, why.reason(), why.message()),
     ];
     for (type_, status_, reason, message) in conditions {
-        let c = Cond {
-            type_,
-            status: status_,
-            reason,
-            message,
-        };
-        set(&mut status, &c, stamp);
+        set(&mut status, &cond(type_, status_, reason, message), stamp);
     }
     changed(wl, status)
 }

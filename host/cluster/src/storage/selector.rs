@@ -49,24 +49,28 @@ pub struct Selector {
 
 /// Splits on commas that are not inside parentheses.
 fn split_top(text: &str) -> Vec<&str> {
-    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts
+    split_outside(text, ',', ('(', ')'))
         .into_iter()
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .collect()
+}
+
+/// Splits `text` on `sep` where it is not inside a pair of `brackets`.
+pub fn split_outside(text: &str, sep: char, brackets: (char, char)) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
+    for (i, c) in text.char_indices() {
+        if c == brackets.0 {
+            depth += 1;
+        } else if c == brackets.1 {
+            depth = depth.saturating_sub(1);
+        } else if c == sep && depth == 0 {
+            parts.push(&text[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&text[start..]);
+    parts
 }
 
 fn set_values(text: &str) -> Result<Vec<String>, ApiError> {
