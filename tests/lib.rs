@@ -100,6 +100,7 @@ pub fn plan_with(
         policies: &policies,
         pod_group: None,
         priority_classes: &Default::default(),
+        kueue: None,
     })
 }
 

@@ -2,7 +2,8 @@
 //! rendered objects are what the overlay promises (every object in its namespace, service
 //! account subjects moved with it, two replicas with leader election, a disruption budget,
 //! topology spread, non-root with a read-only root file system, the CRD as generated, the
-//! Kubeflow roles aggregated, Volcano's gang scheduler flag), and `kubectl apply -k` of the
+//! Kubeflow roles aggregated, Volcano's gang scheduler flag, the Kueue Workloads flag with its
+//! role), and `kubectl apply -k` of the
 //! standalone overlay succeeds on the embedded cluster.
 
 mod common;
@@ -176,6 +177,32 @@ fn the_volcano_overlay_gang_schedules_with_volcano() {
         }),
         "the operator may manage Volcano's PodGroups"
     );
+}
+
+#[test]
+fn the_kueue_workloads_overlay_owns_workloads_with_its_own_role() {
+    let objects = render("overlays/kueue-workloads");
+    check_base(&objects, "tfjob-system");
+    assert!(args(&objects).contains(&"--kueue-workloads".to_owned()));
+    let role = find(&objects, "ClusterRole", "tfjob-operator-kueue-workloads");
+    let resources: Vec<&str> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resources"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        resources,
+        ["workloads", "workloads/status", "resourceflavors"]
+    );
+    let binding = find(
+        &objects,
+        "ClusterRoleBinding",
+        "tfjob-operator-kueue-workloads",
+    );
+    assert_eq!(binding["subjects"][0]["namespace"], "tfjob-system");
+    assert_eq!(binding["subjects"][0]["name"], "tfjob-operator");
 }
 
 #[test]

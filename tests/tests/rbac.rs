@@ -9,7 +9,8 @@
 //! priority classes read) and a policy ConfigMap whose status annotation it writes. Not one
 //! request may be refused. Then each rule of the file is removed in turn, and the operator must
 //! be refused something that rule allows: a rule nothing needs fails the test as surely as a
-//! missing one. Rules added to the file later are picked up by both.
+//! missing one. Rules added to the file later are picked up by both. The same holds for
+//! `deploy/overlays/kueue-workloads/rbac.yaml` with an operator that owns Kueue Workloads.
 
 mod common;
 
@@ -18,7 +19,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
 use tfjob_cluster::auth::rbac::{Attributes, PolicyRule, ResourceAttributes};
@@ -43,8 +46,12 @@ fn read(path: &str) -> String {
 
 /// The documents of the operator's RBAC file.
 fn deployed_documents() -> Vec<Value> {
-    read("deploy/operator/rbac.yaml")
-        .split("\n---")
+    documents(&read("deploy/operator/rbac.yaml"))
+}
+
+/// The YAML documents of an RBAC file.
+fn documents(text: &str) -> Vec<Value> {
+    text.split("\n---")
         .map(|doc| serde_yaml_ng::from_str::<Value>(doc).unwrap())
         .filter(|doc| !doc.is_null())
         .collect()
@@ -58,12 +65,27 @@ fn to_yaml(documents: &[Value]) -> String {
         .join("---\n")
 }
 
+/// Which of deploy/'s operator setups a test holds to its RBAC.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// Gang-scheduled with Volcano, policies from ConfigMaps and a registry.
+    Standalone,
+    /// `--kueue-workloads` on a cluster simulating Kueue.
+    KueueWorkloads,
+}
+
 /// A cluster that authorizes, with deploy/'s namespace and `rbac` applied and the operator
 /// running as deploy/'s service account.
-fn start(rbac: &str) -> Background {
+fn start(rbac: &str, setup: Setup) -> Background {
     let mut options = ClusterOptions::new(common::default_policies());
     options.kubelet = common::roomy_kubelet();
-    options.gang_scheduler = Some(GangScheduler::Volcano);
+    match setup {
+        Setup::Standalone => options.gang_scheduler = Some(GangScheduler::Volcano),
+        Setup::KueueWorkloads => {
+            options.simulate_kueue = true;
+            options.kueue_workloads = true;
+        }
+    }
     options.authorize = true;
     options.run_operator = false;
     // With leader election, as deploy/ runs it: the Lease rules are exercised too.
@@ -234,33 +256,29 @@ async fn first_denial(cluster: &EmbeddedCluster) {
     }
 }
 
-/// Runs the scenario with the operator held to `rbac`, until it ends or the operator is first
-/// refused something (then there is no point in going on).
-fn run_until_refused(rbac: &str) -> Background {
-    let background = start(rbac);
+/// Runs the scenario of `setup` with the operator held to `rbac`, until it ends or the
+/// operator is first refused something (then there is no point in going on).
+fn run_until_refused(rbac: &str, setup: Setup) -> Background {
+    let background = start(rbac, setup);
     let cluster = &background.cluster;
     let client = cluster.client();
     background.runtime.block_on(async {
         tokio::select! {
-            () = scenario(cluster, &client) => {}
+            () = async {
+                match setup {
+                    Setup::Standalone => scenario(cluster, &client).await,
+                    Setup::KueueWorkloads => kueue_scenario(&client).await,
+                }
+            } => {}
             () = first_denial(cluster) => {}
         }
     });
     background
 }
 
-#[test]
-fn the_operator_is_never_refused_with_the_deployed_rbac() {
-    let background = run_until_refused(&read("deploy/operator/rbac.yaml"));
-    let cluster = &background.cluster;
-    let denials = cluster.requests().denials();
-    assert!(
-        denials.is_empty(),
-        "deploy/operator/rbac.yaml does not allow these requests of the operator: {denials:#?}"
-    );
-
-    // The scenario reached every kind of request the rules are there for.
-    let used: BTreeSet<(String, String, String)> = cluster
+/// The requests of `tfjob-operator`'s client, as (verb, group, resource).
+fn used_by_operator(cluster: &EmbeddedCluster) -> BTreeSet<(String, String, String)> {
+    cluster
         .requests()
         .snapshot()
         .agents
@@ -273,33 +291,241 @@ fn the_operator_is_never_refused_with_the_deployed_rbac() {
                 c.resource.clone(),
             )
         })
-        .collect();
-    for expected in [
-        ("create", "", "pods"),
-        ("delete", "", "pods"),
-        ("create", "", "services"),
-        ("delete", "", "services"),
-        ("update", "kubeflow.org", "tfjobs/status"),
-        ("delete", "kubeflow.org", "tfjobs"),
-        ("watch", "kubeflow.org", "tfjobs"),
-        ("create", "events.k8s.io", "events"),
-        ("create", "scheduling.volcano.sh", "podgroups"),
-        ("update", "scheduling.volcano.sh", "podgroups"),
-        ("delete", "scheduling.volcano.sh", "podgroups"),
-        ("list", "scheduling.k8s.io", "priorityclasses"),
-        ("patch", "", "configmaps"),
-        ("get", "", "secrets"),
-    ] {
+        .collect()
+}
+
+/// Fails unless the operator made each of `expected` (verb, group, resource): the scenario
+/// reached every kind of request the rules are there for.
+fn assert_made(cluster: &EmbeddedCluster, expected: &[(&str, &str, &str)]) {
+    let used = used_by_operator(cluster);
+    for (verb, group, resource) in expected {
         let key = (
-            expected.0.to_owned(),
-            expected.1.to_owned(),
-            expected.2.to_owned(),
+            (*verb).to_owned(),
+            (*group).to_owned(),
+            (*resource).to_owned(),
         );
         assert!(
             used.contains(&key),
-            "the scenario never made {expected:?}: {used:?}"
+            "the scenario never made {key:?}: {used:?}"
         );
     }
+}
+
+/// Runs the scenario of `setup` once without each rule of `documents` (the whole RBAC given
+/// to the operator being `render` of what is left) and returns the rules whose removal got the
+/// operator refused nothing they allow.
+fn unneeded_rules(
+    documents: &[Value],
+    render: impl Fn(&[Value]) -> String,
+    setup: Setup,
+) -> Vec<String> {
+    let mut unneeded = Vec::new();
+    for (d, doc) in documents.iter().enumerate() {
+        let rules = doc["rules"].as_array().cloned().unwrap_or_default();
+        for (r, rule) in rules.iter().enumerate() {
+            let mut without = documents.to_vec();
+            without[d]["rules"].as_array_mut().unwrap().remove(r);
+            let role = format!(
+                "{} {}",
+                doc["kind"].as_str().unwrap_or_default(),
+                doc["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            let background = run_until_refused(&render(&without), setup);
+            let parsed: PolicyRule = serde_json::from_value(rule.clone()).unwrap();
+            let denials = background.cluster.requests().denials();
+            if !denials.iter().any(|d| covers(&parsed, d)) {
+                unneeded.push(format!("{role} rule {r} {rule}: denials {denials:?}"));
+            }
+        }
+    }
+    unneeded
+}
+
+fn kueue_api(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind),
+        plural,
+    );
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Drives an operator that owns Kueue Workloads through every request it makes: a queued job
+/// whose Workload is created, admitted on a flavor (read), replaced after someone edited it
+/// (deleted), and finished (its status patched) when the job succeeds.
+async fn kueue_scenario(client: &Client) {
+    ensure_namespace(client, NS).await;
+    for (kind, plural, namespace, object) in [
+        (
+            "ResourceFlavor",
+            "resourceflavors",
+            None,
+            json!({"metadata": {"name": "default-flavor"}, "spec": {}}),
+        ),
+        (
+            "ClusterQueue",
+            "clusterqueues",
+            None,
+            json!({
+            "metadata": {"name": "cluster-queue"},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu"],
+                "flavors": [{"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": 8}]}]}]}}),
+        ),
+        (
+            "LocalQueue",
+            "localqueues",
+            Some(NS),
+            json!({"metadata": {"name": "user-queue"}, "spec": {"clusterQueue": "cluster-queue"}}),
+        ),
+    ] {
+        let mut object = object;
+        object["apiVersion"] = json!("kueue.x-k8s.io/v1beta2");
+        object["kind"] = json!(kind);
+        let object: DynamicObject = serde_json::from_value(object).unwrap();
+        kueue_api(client, kind, plural, namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+    let jobs: Api<TFJob> = Api::namespaced(client.clone(), NS);
+    let mut queued = job(
+        "queued",
+        json!({"tfReplicaSpecs": {"Worker": worker(1, "Never", json!({"sim.tfjob.dev/duration": "2s"}))}}),
+    );
+    queued.metadata.labels = Some(
+        [(
+            "kueue.x-k8s.io/queue-name".to_owned(),
+            "user-queue".to_owned(),
+        )]
+        .into(),
+    );
+    jobs.create(&PostParams::default(), &queued).await.unwrap();
+    // Someone else edits the Workload: the operator deletes it and makes it anew.
+    let workloads = kueue_api(client, "Workload", "workloads", Some(NS));
+    let first = poll(WAIT, POLL, || async {
+        let list = workloads
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no Workload yet".to_owned())
+    })
+    .await
+    .unwrap();
+    let edit = json!({"metadata": {"annotations": {"tfjob.dev/pod-sets-digest": "edited"}}});
+    workloads
+        .patch(
+            &first.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&edit),
+        )
+        .await
+        .unwrap();
+    poll(WAIT, POLL, || async {
+        let j = jobs.get("queued").await.unwrap();
+        if is_true(&j, tfjob_api::JobConditionType::Succeeded) {
+            Ok(())
+        } else {
+            Err("queued has not succeeded")
+        }
+    })
+    .await
+    .unwrap();
+    poll(WAIT, POLL, || async {
+        let list = workloads.list(&Default::default()).await.unwrap();
+        let finished = list.items.iter().any(|w| {
+            w.uid() != first.uid()
+                && w.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Finished"))
+        });
+        if finished {
+            Ok(())
+        } else {
+            Err("no Workload made anew and finished")
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[test]
+fn an_operator_owning_kueue_workloads_is_never_refused_and_needs_every_rule_of_the_overlay() {
+    let base = read("deploy/operator/rbac.yaml");
+    let overlay_file = "deploy/overlays/kueue-workloads/rbac.yaml";
+    let overlay = read(overlay_file);
+    let background = run_until_refused(&format!("{base}\n---\n{overlay}"), Setup::KueueWorkloads);
+    let cluster = &background.cluster;
+    let denials = cluster.requests().denials();
+    assert!(
+        denials.is_empty(),
+        "{overlay_file} with the base does not allow these requests of the operator: {denials:#?}"
+    );
+    assert_made(
+        cluster,
+        &[
+            ("create", "kueue.x-k8s.io", "workloads"),
+            ("delete", "kueue.x-k8s.io", "workloads"),
+            ("watch", "kueue.x-k8s.io", "workloads"),
+            ("patch", "kueue.x-k8s.io", "workloads/status"),
+            ("watch", "kueue.x-k8s.io", "resourceflavors"),
+        ],
+    );
+    drop(background);
+
+    let overlay_documents = documents(&overlay);
+    let rules = overlay_documents[0]["rules"].as_array().map_or(0, Vec::len);
+    assert_eq!(rules, 3, "workloads, their status, flavors");
+    let unneeded = unneeded_rules(
+        &overlay_documents,
+        |without| format!("{base}\n---\n{}", to_yaml(without)),
+        Setup::KueueWorkloads,
+    );
+    assert!(
+        unneeded.is_empty(),
+        "without these rules of {overlay_file} the operator was refused nothing they allow: {unneeded:#?}"
+    );
+}
+
+#[test]
+fn the_operator_is_never_refused_with_the_deployed_rbac() {
+    let background = run_until_refused(&read("deploy/operator/rbac.yaml"), Setup::Standalone);
+    let cluster = &background.cluster;
+    let denials = cluster.requests().denials();
+    assert!(
+        denials.is_empty(),
+        "deploy/operator/rbac.yaml does not allow these requests of the operator: {denials:#?}"
+    );
+
+    assert_made(
+        cluster,
+        &[
+            ("create", "", "pods"),
+            ("delete", "", "pods"),
+            ("create", "", "services"),
+            ("delete", "", "services"),
+            ("update", "kubeflow.org", "tfjobs/status"),
+            ("delete", "kubeflow.org", "tfjobs"),
+            ("watch", "kubeflow.org", "tfjobs"),
+            ("create", "events.k8s.io", "events"),
+            ("create", "scheduling.volcano.sh", "podgroups"),
+            ("update", "scheduling.volcano.sh", "podgroups"),
+            ("delete", "scheduling.volcano.sh", "podgroups"),
+            ("list", "scheduling.k8s.io", "priorityclasses"),
+            ("patch", "", "configmaps"),
+            ("get", "", "secrets"),
+        ],
+    );
 }
 
 /// Whether `rule` allows what `denial` was refused.
@@ -322,36 +548,15 @@ fn covers(rule: &PolicyRule, denial: &Denial) -> bool {
 #[test]
 fn every_deployed_rule_is_needed() {
     let documents = deployed_documents();
-    let mut removals = Vec::new();
-    for (d, doc) in documents.iter().enumerate() {
-        let rules = doc["rules"].as_array().cloned().unwrap_or_default();
-        for (r, rule) in rules.iter().enumerate() {
-            removals.push((d, r, rule.clone()));
-        }
-    }
+    let rules: usize = documents
+        .iter()
+        .map(|d| d["rules"].as_array().map_or(0, Vec::len))
+        .sum();
     assert!(
-        removals.len() >= 2,
+        rules >= 2,
         "the RBAC file has a ClusterRole and a Role with rules"
     );
-    let mut unneeded = Vec::new();
-    for (d, r, rule) in removals {
-        let mut without = documents.clone();
-        without[d]["rules"].as_array_mut().unwrap().remove(r);
-        let role = format!(
-            "{} {}",
-            documents[d]["kind"].as_str().unwrap_or_default(),
-            documents[d]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-        );
-        let background = run_until_refused(&to_yaml(&without));
-        let cluster = &background.cluster;
-        let parsed: PolicyRule = serde_json::from_value(rule.clone()).unwrap();
-        let denials = cluster.requests().denials();
-        if !denials.iter().any(|d| covers(&parsed, d)) {
-            unneeded.push(format!("{role} rule {r} {rule}: denials {denials:?}"));
-        }
-    }
+    let unneeded = unneeded_rules(&documents, to_yaml, Setup::Standalone);
     assert!(
         unneeded.is_empty(),
         "without these rules of deploy/operator/rbac.yaml the operator was refused nothing they allow: {unneeded:#?}"

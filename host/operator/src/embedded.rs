@@ -23,6 +23,7 @@ use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::http::requests::RequestStats;
 use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_cluster::kueue::KueueConfig;
 use tfjob_cluster::{ApiError, Store};
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
@@ -68,6 +69,9 @@ pub struct ClusterOptions {
     /// The operator owns a Kueue Workload for each job with a queue label and runs its pods
     /// only while it is admitted (`--kueue-workloads`).
     pub kueue_workloads: bool,
+    /// The cluster simulates Kueue (`up --kueue`); unless the operator owns Workloads, the
+    /// simulation also plays Kueue's built-in TFJob integration.
+    pub simulate_kueue: bool,
     /// The operator campaigns for this Lease and writes only while it holds it.
     pub leader_election: Option<LeaseConfig>,
     /// The API server authorizes requests by the RBAC objects it holds (`up --authorize`);
@@ -95,6 +99,7 @@ impl ClusterOptions {
             faults: FaultConfig::default(),
             gang_scheduler: None,
             kueue_workloads: false,
+            simulate_kueue: false,
             leader_election: None,
             authorize: false,
         }
@@ -159,7 +164,7 @@ struct Operator {
     task: JoinHandle<std::io::Result<()>>,
 }
 
-/// The running cluster. Dropping it aborts the kubelet and the operator; [`shutdown`] stops
+/// The running cluster. Dropping it aborts the kubelet, the simulated Kueue and the operator; [`shutdown`] stops
 /// them in order and lets reconciles in flight finish.
 ///
 /// [`shutdown`]: EmbeddedCluster::shutdown
@@ -172,6 +177,8 @@ pub struct EmbeddedCluster {
     /// Its request counters, served by every operator started here.
     api_metrics: ApiMetrics,
     kubelet: JoinHandle<()>,
+    /// The simulated Kueue, when it runs.
+    kueue: Option<JoinHandle<()>>,
     server: RunningServer,
     operator: Option<Operator>,
     threads: u16,
@@ -244,6 +251,13 @@ impl EmbeddedCluster {
                 .get_or_insert_with(|| scheduler.scheduler_name().to_owned());
         }
         let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), kubelet_config);
+        let kueue = options.simulate_kueue.then(|| {
+            let config = KueueConfig {
+                integration: !options.kueue_workloads,
+                ..KueueConfig::default()
+            };
+            tfjob_cluster::kueue::spawn(Arc::clone(&store), config)
+        });
         let mut cluster = EmbeddedCluster {
             store,
             addr,
@@ -251,6 +265,7 @@ impl EmbeddedCluster {
             operator_client,
             api_metrics,
             kubelet,
+            kueue,
             server,
             operator: None,
             threads: options.threads,
@@ -478,6 +493,9 @@ impl EmbeddedCluster {
     /// Stops the kubelet, then the operator; the server goes when the cluster is dropped.
     pub async fn shutdown(mut self, grace: Duration) {
         self.kubelet.abort();
+        if let Some(kueue) = &self.kueue {
+            kueue.abort();
+        }
         self.stop_operator(grace).await;
     }
 }
@@ -507,6 +525,9 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 impl Drop for EmbeddedCluster {
     fn drop(&mut self) {
         self.kubelet.abort();
+        if let Some(kueue) = &self.kueue {
+            kueue.abort();
+        }
         self.server.handle.abort();
         if let Some(op) = self.operator.take() {
             op.task.abort();

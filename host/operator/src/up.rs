@@ -18,6 +18,8 @@ use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 /// The operator's namespace and RBAC as `deploy/` ships them, which `up --authorize` applies.
 const DEPLOYED_NAMESPACE: &str = include_str!("../../../deploy/overlays/standalone/namespace.yaml");
 const DEPLOYED_RBAC: &str = include_str!("../../../deploy/operator/rbac.yaml");
+const DEPLOYED_KUEUE_RBAC: &str =
+    include_str!("../../../deploy/overlays/kueue-workloads/rbac.yaml");
 /// The service account `deploy/operator/rbac.yaml` binds its roles to.
 const OPERATOR_ACCOUNT: (&str, &str) = ("tfjob-system", "tfjob-operator");
 
@@ -55,6 +57,16 @@ pub struct UpArgs {
     /// name for scheduler-plugins) and the cluster simulates it.
     #[arg(long, value_name = "NAME")]
     pub gang_scheduler_name: Option<String>,
+    /// Simulate Kueue (kueue.x-k8s.io/v1beta2 Workloads, ClusterQueues, LocalQueues and
+    /// ResourceFlavors, with quota admission and eviction). Jobs labelled
+    /// kueue.x-k8s.io/queue-name go through Kueue's built-in TFJob integration, or, with
+    /// --kueue-workloads, through Workloads the operator owns.
+    #[arg(long)]
+    pub kueue: bool,
+    /// With --kueue: the operator creates and owns the Workloads of queued jobs (as
+    /// `tfjob-operator run --kueue-workloads`) and the simulated Kueue leaves TFJobs alone.
+    #[arg(long, requires = "kueue")]
+    pub kueue_workloads: bool,
     /// Faults for the API server to inject from the start (JSON, as `PUT /debug/faults` takes:
     /// error rates per verb and resource, latency, cut watches); change them later with
     /// `kubectl replace --raw /debug/faults -f FILE`.
@@ -84,14 +96,24 @@ pub struct UpArgs {
 }
 
 /// Applies `deploy/`'s namespace and RBAC and starts the operator as its service account.
-async fn run_operator_with_deployed_rbac(cluster: &mut EmbeddedCluster) -> anyhow::Result<()> {
-    for (file, manifest) in [
+async fn run_operator_with_deployed_rbac(
+    cluster: &mut EmbeddedCluster,
+    kueue_workloads: bool,
+) -> anyhow::Result<()> {
+    let mut manifests = vec![
         (
             "deploy/overlays/standalone/namespace.yaml",
             DEPLOYED_NAMESPACE,
         ),
         ("deploy/operator/rbac.yaml", DEPLOYED_RBAC),
-    ] {
+    ];
+    if kueue_workloads {
+        manifests.push((
+            "deploy/overlays/kueue-workloads/rbac.yaml",
+            DEPLOYED_KUEUE_RBAC,
+        ));
+    }
+    for (file, manifest) in manifests {
         cluster
             .apply_manifests(manifest)
             .with_context(|| format!("applying {file}"))?;
@@ -155,12 +177,13 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             .as_deref()
             .filter(|name| !name.is_empty())
             .map(GangScheduler::from_name),
-        kueue_workloads: false,
+        kueue_workloads: args.kueue_workloads,
+        simulate_kueue: args.kueue,
         authorize: args.authorize,
     })
     .await?;
     if args.authorize {
-        run_operator_with_deployed_rbac(&mut cluster).await?;
+        run_operator_with_deployed_rbac(&mut cluster, args.kueue_workloads).await?;
     }
     cluster
         .write_kubeconfig(&args.kubeconfig_out)

@@ -2,7 +2,8 @@
 //! names, against the embedded cluster started without its own operator: both reconcile, serve
 //! metrics and probes where they are told, watch the namespace they are given (by flag or by
 //! `$KUBEFLOW_NAMESPACE`), and hold to the client-side rate limit. A gang scheduler whose
-//! PodGroup CRD is not installed stops the operator at start.
+//! PodGroup CRD is not installed stops the operator at start, as `--kueue-workloads` without
+//! Kueue's Workload CRD does.
 
 mod common;
 
@@ -149,28 +150,36 @@ fn the_client_side_rate_limit_holds() {
     );
 }
 
-#[test]
-fn a_gang_scheduler_without_its_crd_stops_the_operator_at_start() {
-    let c = volcano_cluster();
-    let out = c
-        .command(
-            &[
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-                "--gang-scheduler-name",
-                "scheduler-plugins-scheduler",
-            ],
-            &[],
-        )
-        .output()
-        .unwrap();
+/// Runs the operator on `c` with `flags` and expects it to exit 1 at start, saying `expected`.
+fn stops_at_start(c: &Cluster, flags: &[&str], expected: &[&str]) {
+    let mut args = vec![
+        "--metrics-bind-address",
+        "0",
+        "--health-probe-bind-address",
+        "0",
+    ];
+    args.extend_from_slice(flags);
+    let out = c.command(&args, &[]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("scheduling.x-k8s.io/v1alpha1") && stderr.contains("not installed"),
-        "{stderr}"
+    assert!(expected.iter().all(|e| stderr.contains(e)), "{stderr}");
+}
+
+#[test]
+fn a_gang_scheduler_without_its_crd_stops_the_operator_at_start() {
+    stops_at_start(
+        &volcano_cluster(),
+        &["--gang-scheduler-name", "scheduler-plugins-scheduler"],
+        &["scheduling.x-k8s.io/v1alpha1", "not installed"],
+    );
+}
+
+#[test]
+fn kueue_workloads_without_kueue_stop_the_operator_at_start() {
+    stops_at_start(
+        &Cluster::start(|_| {}),
+        &["--kueue-workloads"],
+        &["--kueue-workloads: the Workload CRD kueue.x-k8s.io/v1beta2 is not installed"],
     );
 }
 

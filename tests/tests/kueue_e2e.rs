@@ -1,0 +1,378 @@
+//! Kueue end to end, through kubectl, in both modes the operator supports:
+//! - Kueue's built-in TFJob integration (the simulated Kueue suspends labelled jobs, creates
+//!   their Workloads, resumes them on admission), the operator doing only what Kueue expects of
+//!   a job's suspend;
+//! - Workloads the operator owns (`--kueue-workloads`), the simulated Kueue leaving TFJobs alone.
+//!
+//! Kueue's own sample manifests run unchanged. More jobs than the quota admits wait with a
+//! message naming the queue and start as others finish, the admitted requests never exceeding
+//! the quota at any observed instant; draining the ClusterQueue stops a running job, which
+//! completes after its return without a restart counted; a flavor's node labels and tolerations
+//! reach the pods; a queue that does not exist or has no quota keeps jobs waiting, saying so.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tfjob_cluster::kubelet::KubeletConfig;
+use tfjob_operator::embedded::ClusterOptions;
+
+use common::kubectl::{Cluster, cluster_with, repo};
+
+/// Which side creates the Workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Integration,
+    OperatorWorkloads,
+}
+
+fn kueue_cluster(mode: Mode) -> Cluster {
+    let mut options = ClusterOptions::new(common::default_policies());
+    options.simulate_kueue = true;
+    options.kueue_workloads = mode == Mode::OperatorWorkloads;
+    options.kubelet = KubeletConfig {
+        nodes: 2,
+        cpu: "16".into(),
+        memory: "64Gi".into(),
+        gpus_per_node: 0,
+        default_duration: Duration::from_secs(2),
+        startup: Duration::from_millis(50),
+        ..KubeletConfig::default()
+    };
+    cluster_with(options)
+}
+
+fn apply(c: &Cluster, yaml: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("objects.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    c.ok(&["apply", "-f", file.to_str().unwrap()]);
+}
+
+fn sample(file: &str) -> String {
+    repo(&format!("../shared/reference/kueue/examples/{file}"))
+        .display()
+        .to_string()
+}
+
+/// Kueue's sample job (1 PS and 2 workers, 1 cpu each) under another name and queue, running
+/// `seconds`.
+fn queued_job(name: &str, queue: &str, seconds: u32) -> String {
+    let text = std::fs::read_to_string(sample("sample-tfjob.yaml")).unwrap();
+    let mut job: Value = serde_yaml_ng::from_str(&text).unwrap();
+    job["metadata"]["name"] = name.into();
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = queue.into();
+    for rtype in ["PS", "Worker"] {
+        job["spec"]["tfReplicaSpecs"][rtype]["template"]["metadata"] =
+            serde_json::json!({"annotations": {"sim.tfjob.dev/duration": format!("{seconds}s")}});
+    }
+    serde_json::to_string(&job).unwrap()
+}
+
+/// `kubectl get pods` of one job, printed as `output` (`json`, `name`).
+fn pods_of(c: &Cluster, job: &str, output: &str, done: impl Fn(&str) -> bool) -> String {
+    let selector = format!("training.kubeflow.org/job-name={job}");
+    c.until(&["get", "pods", "-l", &selector, "-o", output], done)
+}
+
+/// Sets the ClusterQueue's `stopPolicy` (`HoldAndDrain` evicts what it admitted).
+fn stop_policy(c: &Cluster, queue: &str, policy: &str) {
+    let patch = format!(r#"{{"spec":{{"stopPolicy":"{policy}"}}}}"#);
+    c.ok(&["patch", "clusterqueue", queue, "--type=merge", "-p", &patch]);
+}
+
+fn job(c: &Cluster, name: &str) -> Value {
+    serde_json::from_str(&c.ok(&["get", "tfjob", name, "-o", "json"])).unwrap()
+}
+
+fn condition(job: &Value, type_: &str) -> Option<Value> {
+    job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+fn succeeded(c: &Cluster, name: &str) {
+    c.until(&["get", "tfjob", name, "-o", "json"], |out| {
+        let job: Value = serde_json::from_str(out).unwrap_or_default();
+        condition(&job, "Succeeded").is_some_and(|c| c["status"] == "True")
+    });
+}
+
+/// Every object of a kind in the store (read directly, to observe each instant without
+/// kubectl's start-up time between looks).
+fn stored(c: &Cluster, group: &str, plural: &str) -> Vec<Value> {
+    let store = c.background.cluster.store();
+    let rt = store
+        .resource(group, plural)
+        .unwrap_or_else(|| panic!("{plural} are served"));
+    store
+        .list(&rt, None)
+        .0
+        .into_iter()
+        .map(|w| (*w).clone())
+        .collect()
+}
+
+fn workloads(c: &Cluster) -> Vec<Value> {
+    stored(c, "kueue.x-k8s.io", "workloads")
+}
+
+fn is_true(w: &Value, type_: &str) -> bool {
+    w["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
+/// CPUs that admitted, unfinished Workloads hold (each pod of these jobs asks for 1).
+fn admitted_cpus(workloads: &[Value]) -> i64 {
+    workloads
+        .iter()
+        .filter(|w| is_true(w, "QuotaReserved") && !is_true(w, "Finished"))
+        .flat_map(|w| w["spec"]["podSets"].as_array().cloned().unwrap_or_default())
+        .map(|s| s["count"].as_i64().unwrap_or(1))
+        .sum()
+}
+
+fn workload_of<'w>(workloads: &'w [Value], job: &str) -> Option<&'w Value> {
+    workloads.iter().find(|w| {
+        w["metadata"]["ownerReferences"][0]["name"] == job
+            && w["metadata"]["deletionTimestamp"].is_null()
+    })
+}
+
+fn pending_message(w: &Value) -> Option<String> {
+    w["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "QuotaReserved" && c["status"] == "False")
+        .and_then(|c| c["message"].as_str().map(str::to_owned))
+}
+
+fn run_scenario(mode: Mode) {
+    let c = kueue_cluster(mode);
+    // Kueue's samples, unchanged: a 9-cpu ClusterQueue, its LocalQueue, and the sample job.
+    c.ok(&["apply", "-f", &sample("single-clusterqueue-setup.yaml")]);
+    c.ok(&["apply", "-f", &sample("sample-tfjob.yaml")]);
+    succeeded(&c, "tensorflow-dist-mnist");
+    let done = job(&c, "tensorflow-dist-mnist");
+    if mode == Mode::Integration {
+        assert_eq!(done["spec"]["runPolicy"]["suspend"], false, "{mode:?}");
+    }
+    let wl = workloads(&c);
+    let sample_workload = workload_of(&wl, "tensorflow-dist-mnist").expect("its Workload");
+    assert!(
+        is_true(sample_workload, "Finished"),
+        "{mode:?}: {sample_workload}"
+    );
+
+    // Quota: five jobs of 3 cpus where 9 are admitted at once.
+    for i in 0..5 {
+        apply(&c, &queued_job(&format!("q-{i}"), "user-queue", 2));
+    }
+    let started = Instant::now();
+    let mut most = 0;
+    let mut waiting_said = None;
+    let mut job_said = None;
+    loop {
+        let wl = workloads(&c);
+        let held = admitted_cpus(&wl);
+        assert!(
+            held <= 9,
+            "{mode:?}: {held} cpus admitted over a quota of 9"
+        );
+        most = most.max(held);
+        for i in 0..5 {
+            if let Some(message) = workload_of(&wl, &format!("q-{i}")).and_then(pending_message) {
+                waiting_said.get_or_insert(message);
+            }
+        }
+        for j in stored(&c, "kubeflow.org", "tfjobs") {
+            if let Some(s) = condition(&j, "Suspended").filter(|s| s["status"] == "True") {
+                job_said = s["message"].as_str().map(str::to_owned).or(job_said);
+            }
+        }
+        let finished = (0..5)
+            .filter(|i| workload_of(&wl, &format!("q-{i}")).is_some_and(|w| is_true(w, "Finished")))
+            .count();
+        if finished == 5 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{mode:?}: {finished} of 5 finished"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(most, 9, "{mode:?}: three jobs ran at once");
+    let waiting = waiting_said.expect("a job waited");
+    assert!(waiting.contains("cluster-queue"), "{mode:?}: {waiting}");
+    if mode == Mode::OperatorWorkloads {
+        let said = job_said.expect("a job said it waits");
+        assert!(said.contains("in queue user-queue"), "{said}");
+    }
+    for i in 0..5 {
+        succeeded(&c, &format!("q-{i}"));
+    }
+
+    // Draining the ClusterQueue stops a running job; it completes after the queue returns,
+    // without a restart counted against it.
+    apply(&c, &queued_job("evicted", "user-queue", 6));
+    pods_of(&c, "evicted", "json", |out| {
+        let pods: Value = serde_json::from_str(out).unwrap_or_default();
+        pods["items"]
+            .as_array()
+            .is_some_and(|p| p.len() == 3 && p.iter().all(|p| p["status"]["phase"] == "Running"))
+    });
+    stop_policy(&c, "cluster-queue", "HoldAndDrain");
+    pods_of(&c, "evicted", "name", |out| out.trim().is_empty());
+    let stopped = job(&c, "evicted");
+    let suspended = condition(&stopped, "Suspended").expect("suspended");
+    assert_eq!(suspended["status"], "True", "{mode:?}: {stopped}");
+    if mode == Mode::OperatorWorkloads {
+        assert_eq!(suspended["reason"], "WorkloadEvicted", "{suspended}");
+    }
+    let active: i64 = stopped["status"]["replicaStatuses"]
+        .as_object()
+        .map(|m| m.values().map(|r| r["active"].as_i64().unwrap_or(0)).sum())
+        .unwrap_or(0);
+    assert_eq!(active, 0, "{mode:?}: {stopped}");
+    stop_policy(&c, "cluster-queue", "None");
+    succeeded(&c, "evicted");
+    let done = job(&c, "evicted");
+    assert!(
+        condition(&done, "Restarting").is_none(),
+        "{mode:?}: an eviction is not a restart: {done}"
+    );
+
+    // A flavor with node labels and tolerations, on a node that carries them.
+    apply(
+        &c,
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {name: pool-a-0, labels: {pool: a}}
+status:
+  allocatable: {cpu: "8", memory: 32Gi, pods: "110"}
+  capacity: {cpu: "8", memory: 32Gi, pods: "110"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: pool-a}
+spec:
+  nodeLabels: {pool: a}
+  tolerations: [{key: pool-a-only, operator: Exists, effect: NoSchedule}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: pool-a-queue}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: pool-a
+      resources: [{name: cpu, nominalQuota: 8}, {name: memory, nominalQuota: 32Gi}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: pool-a, namespace: default}
+spec: {clusterQueue: pool-a-queue}
+"#,
+    );
+    apply(&c, &queued_job("flavored", "pool-a", 4));
+    let out = pods_of(&c, "flavored", "json", |out| {
+        let pods: Value = serde_json::from_str(out).unwrap_or_default();
+        pods["items"]
+            .as_array()
+            .is_some_and(|p| p.len() == 3 && p.iter().all(|p| p["spec"]["nodeName"].is_string()))
+    });
+    let pods: Value = serde_json::from_str(&out).unwrap();
+    for pod in pods["items"].as_array().unwrap() {
+        assert_eq!(pod["spec"]["nodeSelector"]["pool"], "a", "{mode:?}: {pod}");
+        assert_eq!(pod["spec"]["nodeName"], "pool-a-0", "{mode:?}");
+        let tolerations = pod["spec"]["tolerations"].as_array().unwrap();
+        assert!(
+            tolerations.iter().any(|t| t["key"] == "pool-a-only"),
+            "{mode:?}: {tolerations:?}"
+        );
+    }
+    succeeded(&c, "flavored");
+
+    // Worst inputs: a queue that does not exist, a ClusterQueue with no quota.
+    apply(
+        &c,
+        r#"
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: empty-queue}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default-flavor
+      resources: [{name: cpu, nominalQuota: 0}, {name: memory, nominalQuota: 0}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: empty, namespace: default}
+spec: {clusterQueue: empty-queue}
+"#,
+    );
+    apply(&c, &queued_job("nowhere", "no-such-queue", 1));
+    apply(&c, &queued_job("no-quota", "empty", 1));
+    let mut said: BTreeMap<&str, String> = BTreeMap::new();
+    let started = Instant::now();
+    while said.len() < 2 {
+        let wl = workloads(&c);
+        for name in ["nowhere", "no-quota"] {
+            if let Some(m) = workload_of(&wl, name).and_then(pending_message) {
+                said.insert(name, m);
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{mode:?}: {said:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        said["nowhere"].contains("LocalQueue no-such-queue doesn't exist"),
+        "{mode:?}: {}",
+        said["nowhere"]
+    );
+    assert!(
+        said["no-quota"].contains("empty-queue"),
+        "{mode:?}: {}",
+        said["no-quota"]
+    );
+    for name in ["nowhere", "no-quota"] {
+        let pods = c.ok(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("training.kubeflow.org/job-name={name}"),
+            "-o",
+            "name",
+        ]);
+        assert!(pods.trim().is_empty(), "{mode:?}: {name} has pods: {pods}");
+        let j = job(&c, name);
+        let s = condition(&j, "Suspended").expect("waits suspended");
+        assert_eq!(s["status"], "True", "{mode:?}: {j}");
+    }
+}
+
+#[test]
+fn kueues_tfjob_integration_queues_admits_evicts_and_places_jobs() {
+    run_scenario(Mode::Integration);
+}
+
+#[test]
+fn workloads_the_operator_owns_queue_admit_evict_and_place_jobs() {
+    run_scenario(Mode::OperatorWorkloads);
+}
