@@ -8,7 +8,9 @@
 //! message naming the queue and start as others finish, the admitted requests never exceeding
 //! the quota at any observed instant; draining the ClusterQueue stops a running job, which
 //! completes after its return without a restart counted; a flavor's node labels and tolerations
-//! reach the pods; a queue that does not exist or has no quota keeps jobs waiting, saying so.
+//! reach the pods; a queue that does not exist or has no quota keeps jobs waiting, saying so;
+//! a running job's queue label change is refused (the integration) or moves the job to a new
+//! Workload (the operator's); a policy that moves pods off their flavor is refused, saying why.
 
 mod common;
 
@@ -18,6 +20,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::ClusterOptions;
+use tfjob_policy_engine::configmap;
+use tfjob_policy_engine::{Hook, JobSelector, PolicyManifest, defaults};
 
 use common::kubectl::{Cluster, cluster_with, repo};
 
@@ -81,6 +85,60 @@ fn pods_of(c: &Cluster, job: &str, output: &str, done: impl Fn(&str) -> bool) ->
 fn stop_policy(c: &Cluster, queue: &str, policy: &str) {
     let patch = format!(r#"{{"spec":{{"stopPolicy":"{policy}"}}}}"#);
     c.ok(&["patch", "clusterqueue", queue, "--type=merge", "-p", &patch]);
+}
+
+/// Whether `kubectl get pods -o json` shows `n` pods, all running.
+fn all_running(n: usize) -> impl Fn(&str) -> bool {
+    move |out| {
+        let pods: Value = serde_json::from_str(out).unwrap_or_default();
+        pods["items"]
+            .as_array()
+            .is_some_and(|p| p.len() == n && p.iter().all(|p| p["status"]["phase"] == "Running"))
+    }
+}
+
+/// Ships a decoration policy for jobs queued in `pool-a` that sets their pods' `pool` node
+/// selector to `b`, moving them off the flavor Kueue admitted them to; waits until it is
+/// active.
+fn fight_kueue(c: &Cluster) {
+    let manifest = PolicyManifest {
+        name: "fights-kueue".into(),
+        hooks: vec![Hook::Decorate],
+        selector: JobSelector {
+            match_labels: [("kueue.x-k8s.io/queue-name".to_owned(), "pool-a".to_owned())].into(),
+            ..JobSelector::default()
+        },
+        settings: serde_json::json!({"mode": "edit", "path": "/spec/nodeSelector/pool", "value": "b"}),
+        ..PolicyManifest::default()
+    };
+    let cm = configmap::pack(
+        manifest,
+        defaults::HOSTILE_POLICY_WASM,
+        "tfjob-system",
+        false,
+    )
+    .expect("the policy packs");
+    let name = cm.metadata.name.clone().expect("pack names the ConfigMap");
+    // The operator's policy namespace, made as a platform team's installation makes it.
+    let _ = c.run(&["create", "namespace", "tfjob-system"]);
+    apply(c, &serde_json::to_string(&cm).unwrap());
+    c.until(
+        &[
+            "get",
+            "configmap",
+            "-n",
+            "tfjob-system",
+            &name,
+            "-o",
+            "json",
+        ],
+        |out| {
+            let cm: Value = serde_json::from_str(out).unwrap_or_default();
+            cm["metadata"]["annotations"][configmap::STATUS_ANNOTATION]
+                .as_str()
+                .is_some_and(|s| s.contains("Active"))
+        },
+    );
 }
 
 fn job(c: &Cluster, name: &str) -> Value {
@@ -302,6 +360,68 @@ spec: {clusterQueue: pool-a-queue}
         );
     }
     succeeded(&c, "flavored");
+
+    // A running job's queue label changed: Kueue's webhook refuses it (the integration); the
+    // operator moves the job to a new Workload in the new queue, its pods stopped until that
+    // one is admitted (Workloads it owns).
+    apply(&c, &queued_job("moved", "pool-a", 30));
+    pods_of(&c, "moved", "json", all_running(3));
+    let relabel = c.run(&[
+        "label",
+        "tfjob",
+        "moved",
+        "kueue.x-k8s.io/queue-name=no-such-queue",
+        "--overwrite",
+    ]);
+    match mode {
+        Mode::Integration => {
+            assert!(!relabel.status.success(), "{mode:?}: the change is refused");
+            let stderr = String::from_utf8_lossy(&relabel.stderr);
+            assert!(
+                stderr.contains("metadata.labels[kueue.x-k8s.io/queue-name]"),
+                "{stderr}"
+            );
+        }
+        Mode::OperatorWorkloads => {
+            assert!(relabel.status.success(), "{relabel:?}");
+            pods_of(&c, "moved", "name", |out| out.trim().is_empty());
+            let started = Instant::now();
+            loop {
+                let wl = workloads(&c);
+                let moved = workload_of(&wl, "moved");
+                if moved.is_some_and(|w| w["spec"]["queueName"] == "no-such-queue") {
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(60), "{moved:?}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    c.ok(&["delete", "tfjob", "moved", "--wait=false"]);
+
+    // A policy that moves pods off the flavor Kueue admitted them to is refused, and says so.
+    fight_kueue(&c);
+    apply(&c, &queued_job("fought", "pool-a", 1));
+    c.until(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=fought",
+            "-o",
+            "json",
+        ],
+        |out| out.contains("spec.nodeSelector[pool] (Kueue placed it"),
+    );
+    let pods = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "training.kubeflow.org/job-name=fought",
+        "-o",
+        "name",
+    ]);
+    assert!(pods.trim().is_empty(), "{mode:?}: {pods}");
 
     // Worst inputs: a queue that does not exist, a ClusterQueue with no quota.
     apply(
