@@ -496,3 +496,65 @@ fn kueues_tfjob_integration_queues_admits_evicts_and_places_jobs() {
 fn workloads_the_operator_owns_queue_admit_evict_and_place_jobs() {
     run_scenario(Mode::OperatorWorkloads);
 }
+
+/// The interpreter with the Kubeflow SDK (`kubeflow-training` 1.9) installed, from
+/// `TFJOB_PYTHON`, as `.ci/run` sets it up; without one the SDK test says so and passes.
+fn python_with_sdk() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("TFJOB_PYTHON").map(std::path::PathBuf::from)?;
+    let has_sdk = std::process::Command::new(&python)
+        .args(["-c", "import kubeflow.training"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_sdk {
+        eprintln!(
+            "SKIPPED: {} has no kubeflow-training; .ci/run installs kubeflow-training==1.9.3",
+            python.display()
+        );
+        return None;
+    }
+    Some(python)
+}
+
+/// The Kubeflow SDK submits four jobs of 3 cpus into Kueue's sample queue of 9 cpus and follows
+/// them with its own calls: some wait (suspended, with a message), three at most run at once,
+/// all succeed, none restarts.
+fn sdk_scenario(python: &std::path::Path, mode: Mode) {
+    let c = kueue_cluster(mode);
+    c.ok(&["apply", "-f", &sample("single-clusterqueue-setup.yaml")]);
+    let out = std::process::Command::new(python)
+        .arg(repo("tests/python/kueue_sdk.py"))
+        .arg(&c.kubeconfig)
+        .args(["default", "user-queue", "4"])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{mode:?}: the SDK script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["succeeded"], 4, "{mode:?}: {seen}");
+    let most = seen["most_running"].as_u64().unwrap();
+    assert!((1..=3).contains(&most), "{mode:?}: {seen}");
+    let waiting = seen["waiting"].as_object().unwrap();
+    assert!(!waiting.is_empty(), "{mode:?}: no job waited: {seen}");
+    if mode == Mode::OperatorWorkloads {
+        assert!(
+            waiting.values().any(|m| m
+                .as_str()
+                .unwrap_or_default()
+                .contains("in queue user-queue")),
+            "{seen}"
+        );
+    }
+}
+
+#[test]
+fn the_kubeflow_sdk_queues_jobs_through_kueue_in_both_modes() {
+    let Some(python) = python_with_sdk() else {
+        return;
+    };
+    sdk_scenario(&python, Mode::Integration);
+    sdk_scenario(&python, Mode::OperatorWorkloads);
+}
