@@ -19,7 +19,8 @@
 //!
 //! A one-shot run of a minute is not what criterion's sampling is for, so this bench has its
 //! own `main`: `cargo bench -p tfjob-operator --bench scale` (`TFJOB_SCALE_JOBS` sets N,
-//! default 1000). `TFJOB_SCALE_OPERATOR_UNDER` starts the operator under a profiler, split on
+//! default 1000; `TFJOB_SCALE_STATE=1` keeps the cluster in its durable store, as
+//! `up --state` does). `TFJOB_SCALE_OPERATOR_UNDER` starts the operator under a profiler, split on
 //! whitespace and put before the operator's command line (`heaptrack -o /tmp/op`, say). The
 //! memory and CPU time printed are then the profiler's process's, and the bench stops only that
 //! process at the end: stop the operator with SIGTERM for the profiler to write its data.
@@ -270,6 +271,20 @@ fn main() {
         gpus_per_node: 0,
         ..KubeletConfig::default()
     };
+    // `TFJOB_SCALE_STATE=1` runs the cluster on its durable store (`up --state`): every write
+    // committed to SQLite before it is answered.
+    let durable = std::env::var("TFJOB_SCALE_STATE").is_ok_and(|v| v == "1");
+    if durable {
+        options.state = Some(dir.path().join("state.db"));
+    }
+    println!(
+        "state: {}",
+        if durable {
+            "durable (SQLite, --state)"
+        } else {
+            "in memory"
+        }
+    );
     let cluster = runtime.block_on(EmbeddedCluster::start(options)).unwrap();
     cluster.write_kubeconfig(&kubeconfig).unwrap();
     let store = Arc::clone(cluster.store());

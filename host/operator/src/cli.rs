@@ -32,7 +32,7 @@ pub enum Command {
     Run(Box<crate::run::RunArgs>),
     /// Start an embedded cluster (API server, CRD, default policies, operator) in this process.
     #[command(
-        after_help = "Examples:\n  tfjob-operator up\n  tfjob-operator up --port 0 --state .tfjob-operator/state.json\n\nThen, in another shell: export KUBECONFIG=$PWD/.tfjob-operator/kubeconfig; kubectl get tfjobs"
+        after_help = "Examples:\n  tfjob-operator up\n  tfjob-operator up --port 0 --state .tfjob-operator/state.db\n\nThen, in another shell: export KUBECONFIG=$PWD/.tfjob-operator/kubeconfig; kubectl get tfjobs"
     )]
     Up(crate::up::UpArgs),
     /// Test, inspect and package policies.

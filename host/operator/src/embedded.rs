@@ -24,6 +24,7 @@ use tfjob_cluster::http::requests::RequestStats;
 use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::kueue::KueueConfig;
+use tfjob_cluster::storage::durable::{Durable, DurableError};
 use tfjob_cluster::{ApiError, Store};
 use tfjob_planner::Settings;
 use tfjob_planner::gang::GangScheduler;
@@ -40,7 +41,9 @@ use tfjob_controller::leader::LeaseConfig;
 pub struct ClusterOptions {
     /// Loopback port of the API server; 0 picks a free one.
     pub port: u16,
-    /// Objects restored from and saved to this file.
+    /// The durable state database (SQLite): objects restored from it at start, and every
+    /// write made durable in it before it is answered. An old JSON state file there is
+    /// imported once.
     pub state: Option<PathBuf>,
     /// Nodes, capacity and timings of the simulated kubelet.
     pub kubelet: KubeletConfig,
@@ -111,8 +114,8 @@ impl ClusterOptions {
 pub enum StartError {
     #[error("installing the TFJob CRD: {0}")]
     Crd(String),
-    #[error("restoring the cluster state from {path}: {message}")]
-    Restore { path: PathBuf, message: String },
+    #[error(transparent)]
+    State(#[from] DurableError),
     #[error("binding 127.0.0.1:{port}: {source}")]
     Bind {
         port: u16,
@@ -179,6 +182,10 @@ pub struct EmbeddedCluster {
     kubelet: JoinHandle<()>,
     /// The simulated Kueue, when it runs.
     kueue: Option<JoinHandle<()>>,
+    /// The durable state database, with `state`.
+    durable: Option<Arc<Durable>>,
+    /// Where an old JSON state file was kept once imported at start.
+    imported_json: Option<PathBuf>,
     server: RunningServer,
     operator: Option<Operator>,
     threads: u16,
@@ -206,14 +213,21 @@ impl EmbeddedCluster {
             "tfjobs",
             Arc::new(tfjob_api::validation::admit),
         );
-        if let Some(path) = options.state.as_deref().filter(|p| p.exists()) {
-            tfjob_cluster::storage::persist::load(&store, path).map_err(|e| {
-                StartError::Restore {
-                    path: path.to_owned(),
-                    message: e.to_string(),
-                }
-            })?;
-        }
+        let mut imported_json = None;
+        let durable = match options.state.as_deref() {
+            Some(path) => {
+                let (durable, restored) = Durable::open(path)?;
+                tfjob_cluster::storage::persist::restore(
+                    &store,
+                    restored.resource_version,
+                    restored.objects,
+                );
+                imported_json = restored.imported_json;
+                store.set_journal(Arc::clone(&durable));
+                Some(durable)
+            }
+            None => None,
+        };
         let faults = Faults::new(options.faults).map_err(|e| StartError::Faults(e.to_string()))?;
         let server_options = ServerOptions {
             faults,
@@ -266,6 +280,8 @@ impl EmbeddedCluster {
             api_metrics,
             kubelet,
             kueue,
+            durable,
+            imported_json,
             server,
             operator: None,
             threads: options.threads,
@@ -490,13 +506,23 @@ impl EmbeddedCluster {
         }
     }
 
-    /// Stops the kubelet, then the operator; the server goes when the cluster is dropped.
+    /// Stops the kubelet, then the operator, then commits and closes the state database; the
+    /// server goes when the cluster is dropped.
     pub async fn shutdown(mut self, grace: Duration) {
         self.kubelet.abort();
         if let Some(kueue) = &self.kueue {
             kueue.abort();
         }
         self.stop_operator(grace).await;
+        if let Some(durable) = self.durable.take() {
+            let _ = tokio::task::spawn_blocking(move || durable.close()).await;
+        }
+    }
+
+    /// Where the old JSON state file was kept, if one was imported into the state database at
+    /// start.
+    pub fn imported_json(&self) -> Option<&Path> {
+        self.imported_json.as_deref()
     }
 }
 

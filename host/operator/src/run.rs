@@ -88,9 +88,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease_client: Some(LeaseClient(lease_client)),
         api_metrics,
     };
-    tfjob_operator::operator::run(client, config, &policies, shutdown_signal())
-        .await
-        .context("running the controller")
+    tfjob_operator::operator::run(client, config, &policies, async {
+        crate::shared::shutdown_signal().await;
+        tracing::info!("shutdown requested; finishing reconciles in flight");
+    })
+    .await
+    .context("running the controller")
 }
 
 /// The Lease to campaign for with `--leader-elect`, or none.
@@ -151,25 +154,6 @@ async fn require_workloads(client: &Client) -> anyhow::Result<()> {
         ),
         Err(e) => Err(e).context("listing kueue.x-k8s.io/v1beta2 Workloads"),
     }
-}
-
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    tracing::info!("shutdown requested; finishing reconciles in flight");
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,5 @@
 //! What several subcommands share: the Kubernetes client from a kubeconfig (or the
-//! in-cluster account), and logging.
+//! in-cluster account), logging, and waiting for the signal to stop.
 
 use anyhow::Context as _;
 use kube::Client;
@@ -42,5 +42,23 @@ pub fn init_logging_at(json: bool, default: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }

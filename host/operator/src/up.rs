@@ -30,7 +30,9 @@ pub struct UpArgs {
     /// Loopback port of the API server (0 picks a free one).
     #[arg(long, default_value_t = 6443)]
     pub port: u16,
-    /// Keep the cluster's objects in this file across restarts [default: in memory only].
+    /// Keep the cluster's objects in this SQLite database across restarts, every write
+    /// durable before it is answered; an old JSON state file there is imported once
+    /// [default: in memory only].
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
     /// Where the kubeconfig for kubectl is written.
@@ -190,6 +192,13 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
     let kubeconfig =
         std::fs::canonicalize(&args.kubeconfig_out).unwrap_or_else(|_| args.kubeconfig_out.clone());
+    if let (Some(path), Some(json)) = (&args.state, cluster.imported_json()) {
+        println!(
+            "Imported the JSON state file into the state database {} (the JSON file is kept as {})",
+            path.display(),
+            json.display()
+        );
+    }
     println!("Embedded cluster listening on http://{}", cluster.addr());
     println!("export KUBECONFIG={}", kubeconfig.display());
     if args.no_operator {
@@ -200,23 +209,6 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     }
 
     let client = cluster.client();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let saver = args.state.clone().map(|path| {
-        let store = Arc::clone(cluster.store());
-        let mut rx = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    _ = rx.wait_for(|stop| *stop) => break,
-                }
-                if let Err(e) = tfjob_cluster::storage::persist::save(&store, &path) {
-                    tracing::warn!(error = %e, "could not save the cluster state");
-                }
-            }
-        })
-    });
-
     if args.demo {
         let jobs = crate::demo::submit_examples(&client, &args.examples).await?;
         println!(
@@ -224,26 +216,14 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             jobs.len(),
             args.examples.display()
         );
-        crate::demo::watch_progress(&client, &jobs, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+        crate::demo::watch_progress(&client, &jobs, crate::shared::shutdown_signal()).await?;
     } else {
-        tokio::signal::ctrl_c()
-            .await
-            .context("waiting for Ctrl-C")?;
+        crate::shared::shutdown_signal().await;
     }
     println!("Shutting down...");
-    let _ = stop_tx.send(true);
-    let store = Arc::clone(cluster.store());
     cluster.shutdown(Duration::from_secs(30)).await;
-    if let Some(saver) = saver {
-        let _ = saver.await;
-    }
     if let Some(path) = &args.state {
-        tfjob_cluster::storage::persist::save(&store, path)
-            .with_context(|| format!("saving {}", path.display()))?;
-        println!("Cluster state saved to {}", path.display());
+        println!("Cluster state kept in {}", path.display());
     }
     Ok(())
 }

@@ -196,7 +196,28 @@ struct Target {
     part: Part,
 }
 
+/// How long a write waits to be durable before the server answers it with an error.
+const DURABLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// Serves a request; a request that may write is answered only once what it wrote is durable
+/// (`up --state`), as a real API server answers once etcd holds the write.
 async fn handle(
+    State(server): State<Arc<ApiServer>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let writes = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let store = Arc::clone(&server.store);
+    let response = serve_request(State(server), method, uri, headers, body).await;
+    if writes && let Err(e) = store.durable(DURABLE_WITHIN).await {
+        return error_response(&ApiError::new(500, "InternalError", e.to_string()));
+    }
+    response
+}
+
+async fn serve_request(
     State(server): State<Arc<ApiServer>>,
     method: Method,
     uri: Uri,

@@ -1,67 +1,34 @@
-//! Optional persistence of the store to a JSON file, so a restarted embedded cluster keeps its
-//! objects. Written atomically (temporary file, then rename) so a crash never leaves half a file.
+//! The JSON state file earlier versions of `up --state` wrote (every object and the
+//! resourceVersion in one document), read once to import it into the durable store
+//! ([`crate::storage::durable`]), and restoring a list of saved objects into a store.
 
-use std::path::Path;
-
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::storage::store::Store;
 
-/// A persistence failure, naming the file.
-#[derive(Debug, thiserror::Error)]
-pub enum PersistError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: not a saved cluster state: {message}")]
-    Format { path: String, message: String },
-}
-
-/// Saves every object and the resourceVersion.
-pub fn save(store: &Store, path: &Path) -> Result<(), PersistError> {
-    let (rv, objects) = store.snapshot();
-    let doc = json!({
-        "resourceVersion": rv,
-        "objects": objects.into_iter().map(|(t, o)| json!({"type": t, "object": o})).collect::<Vec<_>>(),
-    });
-    let io = |source| PersistError::Io {
-        path: path.display().to_string(),
-        source,
-    };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, doc.to_string()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
-}
-
-/// Restores a saved state into `store`. CRDs are restored first so their resources are served
-/// again before their objects come back.
-pub fn load(store: &Store, path: &Path) -> Result<(), PersistError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PersistError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let format = |message: String| PersistError::Format {
-        path: path.display().to_string(),
-        message,
-    };
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
+/// Reads a JSON state document: its resourceVersion and objects as `(group/plural, object)`.
+pub fn parse(text: &str) -> Result<(u64, Vec<(String, Value)>), String> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let rv = doc["resourceVersion"]
         .as_u64()
-        .ok_or_else(|| format("resourceVersion missing".into()))?;
-    let objects: Vec<(String, Value)> = doc["objects"]
+        .ok_or_else(|| "resourceVersion missing".to_owned())?;
+    let objects = doc["objects"]
         .as_array()
-        .ok_or_else(|| format("objects missing".into()))?
+        .ok_or_else(|| "objects missing".to_owned())?
         .iter()
         .map(|o| {
-            (
-                o["type"].as_str().unwrap_or_default().to_owned(),
-                o["object"].clone(),
-            )
+            let resource = o["type"]
+                .as_str()
+                .ok_or_else(|| "an object without its type".to_owned())?;
+            Ok((resource.to_owned(), o["object"].clone()))
         })
-        .collect();
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((rv, objects))
+}
+
+/// Puts saved objects back into `store`, resuming at `rv`. CRDs come first, so their resources
+/// are served again before their objects come back.
+pub fn restore(store: &Store, rv: u64, objects: Vec<(String, Value)>) {
     let (crds, rest): (Vec<_>, Vec<_>) = objects
         .into_iter()
         .partition(|(t, _)| t == "apiextensions.k8s.io/customresourcedefinitions");
@@ -71,18 +38,16 @@ pub fn load(store: &Store, path: &Path) -> Result<(), PersistError> {
         }
     }
     store.restore(rv, crds.into_iter().chain(rest).collect());
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
-    fn a_saved_store_comes_back() {
-        let dir = std::env::temp_dir().join(format!("tfjob-persist-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("state.json");
+    fn a_saved_state_comes_back_and_a_malformed_one_is_refused() {
         let store = Store::new();
         let cm = store.resource("", "configmaps").unwrap();
         let created = store
@@ -92,16 +57,20 @@ mod tests {
                 json!({"metadata": {"name": "a"}, "data": {"k": "v"}}),
             )
             .unwrap();
-        save(&store, &path).unwrap();
+        let (rv, objects) = store.snapshot();
+        let doc = json!({
+            "resourceVersion": rv,
+            "objects": objects.into_iter().map(|(t, o)| json!({"type": t, "object": o})).collect::<Vec<_>>(),
+        });
+        let (rv, objects) = parse(&doc.to_string()).unwrap();
         let restored = Store::new();
-        load(&restored, &path).unwrap();
+        restore(&restored, rv, objects);
         assert_eq!(restored.get(&cm, Some("ns"), "a").unwrap(), created);
         assert!(restored.resource_version() >= store.resource_version());
-        std::fs::write(&path, "[]").unwrap();
-        assert!(matches!(
-            load(&Store::new(), &path),
-            Err(PersistError::Format { .. })
-        ));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(parse("[]").unwrap_err(), "resourceVersion missing");
+        assert_eq!(
+            parse(r#"{"resourceVersion": 3, "objects": [{"object": {}}]}"#).unwrap_err(),
+            "an object without its type"
+        );
     }
 }

@@ -25,6 +25,7 @@ use crate::admission::cel::SchemaRules;
 use crate::admission::defaults;
 use crate::error::{ApiError, StatusCause};
 use crate::storage::allocations::Allocations;
+use crate::storage::durable::{Durable, DurableError};
 
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -423,6 +424,8 @@ struct Inner {
     admission: HashMap<String, Arc<SchemaRules>>,
     /// The cluster IPs and node ports the stored services hold.
     allocations: Allocations,
+    /// Where every change is also written to be durable (`up --state`), in order.
+    journal: Option<Arc<Durable>>,
 }
 
 impl Inner {
@@ -530,6 +533,7 @@ impl Store {
                 webhooks: HashMap::new(),
                 admission: HashMap::new(),
                 allocations: Allocations::default(),
+                journal: None,
             }),
             tx,
             logs: crate::kubelet::logs::PodLogs::new(),
@@ -651,8 +655,26 @@ impl Store {
                 inner.compacted = old.rv;
             }
         }
+        if let Some(journal) = &inner.journal {
+            journal.append(event.clone());
+        }
         // No receiver is not an error: nobody is watching.
         let _ = self.tx.send(event);
+    }
+
+    /// Writes every change from now on to `journal` too (after a restore, which it holds).
+    pub fn set_journal(&self, journal: Arc<Durable>) {
+        self.lock().journal = Some(journal);
+    }
+
+    /// Waits until every change made so far is durable (at once without a journal), for at
+    /// most `timeout`: the API server answers a write only then.
+    pub async fn durable(&self, timeout: std::time::Duration) -> Result<(), DurableError> {
+        let journal = self.lock().journal.clone();
+        match journal {
+            Some(j) => j.wait_appended(timeout).await,
+            None => Ok(()),
+        }
     }
 
     fn key(t: &ResourceType, ns: Option<&str>, name: &str) -> Key {
