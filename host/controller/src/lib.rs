@@ -31,6 +31,7 @@ pub mod recent;
 pub mod reconcile;
 pub mod runtime_metrics;
 pub mod seats;
+pub mod workload;
 pub mod workqueue;
 
 use std::net::SocketAddr;

@@ -223,7 +223,7 @@ impl EmbeddedCluster {
                     restored.objects,
                 );
                 imported_json = restored.imported_json;
-                store.set_journal(Arc::clone(&durable));
+                store.set_journal(durable.clone());
                 Some(durable)
             }
             None => None,

@@ -212,7 +212,7 @@ async fn handle(
     let store = Arc::clone(&server.store);
     let response = serve_request(State(server), method, uri, headers, body).await;
     if writes && let Err(e) = store.durable(DURABLE_WITHIN).await {
-        return error_response(&ApiError::new(500, "InternalError", e.to_string()));
+        return error_response(&ApiError::new(500, "InternalError", e));
     }
     response
 }

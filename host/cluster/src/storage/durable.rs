@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::storage::persist;
-use crate::storage::store::{EventType, WatchEvent};
+use crate::storage::store::{EventType, Journal, WatchEvent};
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8] = b"SQLite format 3\0";
@@ -248,6 +248,19 @@ impl Durable {
         {
             tracing::error!("the state writer panicked");
         }
+    }
+}
+
+impl Journal for Durable {
+    fn append(&self, event: WatchEvent) {
+        Durable::append(self, event);
+    }
+
+    fn settle(
+        &self,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move { self.wait_appended(timeout).await.map_err(|e| e.to_string()) })
     }
 }
 
@@ -629,7 +642,7 @@ mod tests {
         let (durable, restored) = Durable::open(path).expect("the state opens");
         let store = Store::new();
         persist::restore(&store, restored.resource_version, restored.objects.clone());
-        store.set_journal(Arc::clone(&durable));
+        store.set_journal(durable.clone());
         (store, durable, restored)
     }
 

@@ -25,7 +25,6 @@ use crate::admission::cel::SchemaRules;
 use crate::admission::defaults;
 use crate::error::{ApiError, StatusCause};
 use crate::storage::allocations::Allocations;
-use crate::storage::durable::{Durable, DurableError};
 
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -425,7 +424,7 @@ struct Inner {
     /// The cluster IPs and node ports the stored services hold.
     allocations: Allocations,
     /// Where every change is also written to be durable (`up --state`), in order.
-    journal: Option<Arc<Durable>>,
+    journal: Option<Arc<dyn Journal>>,
 }
 
 impl Inner {
@@ -474,6 +473,17 @@ impl Inner {
             }
         }
     }
+}
+
+/// Where the store writes every change to keep it ([`crate::storage::durable::Durable`]).
+pub trait Journal: Send + Sync {
+    /// Takes a change, in resourceVersion order: the store calls it under its lock.
+    fn append(&self, event: WatchEvent);
+    /// Waits until every change taken so far is durable, for at most `timeout`.
+    fn settle(
+        &self,
+        timeout: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
 }
 
 /// The object store. Every mutation happens under one lock and is broadcast while the lock is
@@ -663,16 +673,16 @@ impl Store {
     }
 
     /// Writes every change from now on to `journal` too (after a restore, which it holds).
-    pub fn set_journal(&self, journal: Arc<Durable>) {
+    pub fn set_journal(&self, journal: Arc<dyn Journal>) {
         self.lock().journal = Some(journal);
     }
 
     /// Waits until every change made so far is durable (at once without a journal), for at
-    /// most `timeout`: the API server answers a write only then.
-    pub async fn durable(&self, timeout: std::time::Duration) -> Result<(), DurableError> {
+    /// most `timeout`: the API server answers a write only then. The error says why not.
+    pub async fn durable(&self, timeout: std::time::Duration) -> Result<(), String> {
         let journal = self.lock().journal.clone();
         match journal {
-            Some(j) => j.wait_appended(timeout).await,
+            Some(j) => j.settle(timeout).await,
             None => Ok(()),
         }
     }
