@@ -5,7 +5,7 @@
 // | mode         | decorate-pod                                                   |
 // |--------------|----------------------------------------------------------------|
 // | `loop`       | never returns                                                  |
-// | `memory`     | keeps allocating 1 MiB buffers                                 |
+// | `memory`     | keeps allocating 16 MiB buffers                                |
 // | `sleep`      | waits an hour on a timer (`setTimeout` in a promise)           |
 // | `busy-wait`  | spins on `Date.now()` for an hour                              |
 // | `network`    | `fetch` to 127.0.0.1:80; annotation `hostile/network`: `denied` or `connected` (built without `wasi:http`, the call traps first) |
@@ -29,8 +29,10 @@ const hostile = {
       case 'loop':
         for (;;) { /* never returns */ }
       case 'memory': {
+        // Large buffers: the interpreter fills 1 MiB ones slowly enough that a loaded machine
+        // reached the deadline before the memory cap.
         const hoard = [];
-        for (;;) hoard.push(new Uint8Array(1 << 20).fill(1));
+        for (;;) hoard.push(new Uint8Array(1 << 24));
       }
       case 'busy-wait': {
         const end = Date.now() + 3600 * 1000;
