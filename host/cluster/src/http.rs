@@ -1,10 +1,11 @@
 //! The HTTP front, as the API server's handler chain: routing and discovery ([`server`]), the
-//! query parameters of every verb ([`query`]), the responses' shapes (JSON helpers in
+//! query parameters of every verb ([`query`]), paged lists from one snapshot ([`paging`]), the responses' shapes (JSON helpers in
 //! [`respond`], [`table`] and [`protobuf`] for kubectl, [`openapi`] for schemas), `pods/log`
 //! ([`pod_log`]), request accounting ([`requests`]) and the test-only [`debug`] endpoints.
 
 pub(crate) mod debug;
 pub mod openapi;
+pub mod paging;
 pub mod pod_log;
 pub mod protobuf;
 pub mod query;

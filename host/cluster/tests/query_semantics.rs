@@ -1,7 +1,8 @@
 //! The embedded API server over HTTP reading a request's query as a real one does: a watch
 //! however the boolean is spelled, kube-rs' streaming lists (`sendInitialEvents`, ended by the
 //! `k8s.io/initial-events-end` bookmark), server-side dry runs that store nothing, and the
-//! `400`/`422` Status a bad value gets, with the parameter named.
+//! `400`/`422` Status a bad value gets, with the parameter named, and paged lists that read one
+//! snapshot, so a reflector listing in pages while objects change misses nothing.
 
 use std::time::Duration;
 
@@ -220,4 +221,199 @@ async fn bad_values_get_the_status_a_real_server_sends() {
     .await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(status["details"]["kind"], "DeleteOptions");
+}
+
+async fn create_all(cms: &Api<ConfigMap>, names: impl Iterator<Item = String>) {
+    for name in names {
+        cms.create(&PostParams::default(), &configmap(&name))
+            .await
+            .unwrap();
+    }
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_paged_list_is_one_snapshot_and_a_watch_from_its_version_sees_every_later_change() {
+    let client = server().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    create_all(&cms, (0..10).map(|i| format!("c{i:02}"))).await;
+    let base = "/api/v1/namespaces/default/configmaps";
+    let (_, first) = raw(&client, "GET", &format!("{base}?limit=3"), Value::Null).await;
+    let version = first["metadata"]["resourceVersion"].clone();
+    assert_eq!(names(&first), ["c00", "c01", "c02"]);
+    assert_eq!(first["metadata"]["remainingItemCount"], 7);
+
+    // Between the pages: one listed object changed, one listed and one not yet listed deleted,
+    // one created.
+    let changed: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c00"}, "data": {"k": "changed"}}))
+            .unwrap();
+    cms.replace("c00", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    for gone in ["c01", "c04"] {
+        cms.delete(gone, &DeleteParams::default()).await.unwrap();
+    }
+    cms.create(&PostParams::default(), &configmap("c10"))
+        .await
+        .unwrap();
+
+    // Every page is the first one's snapshot, at its version: nothing shifted, nothing skipped.
+    let mut listed = names(&first);
+    let mut token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    loop {
+        let (code, page) = raw(
+            &client,
+            "GET",
+            &format!("{base}?limit=3&continue={token}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(page["metadata"]["resourceVersion"], version);
+        listed.extend(names(&page));
+        match page["metadata"]["continue"].as_str() {
+            Some(next) => token = next.to_owned(),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..10).map(|i| format!("c{i:02}")).collect();
+    assert_eq!(listed, expected);
+
+    // The watch from that version brings every change made since, in order.
+    let (_, text) = raw_text(
+        &client,
+        "GET",
+        &format!(
+            "{base}?watch=1&timeoutSeconds=1&resourceVersion={}",
+            version.as_str().unwrap()
+        ),
+        Value::Null,
+    )
+    .await;
+    let events: Vec<(String, String)> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] != "BOOKMARK")
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["object"]["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("MODIFIED", "c00"),
+        ("DELETED", "c01"),
+        ("DELETED", "c04"),
+        ("ADDED", "c10"),
+    ]
+    .map(|(t, n)| (t.to_owned(), n.to_owned()));
+    assert_eq!(events, expected);
+
+    // A token is for its own list only, and a finished list's token has expired.
+    let (code, status) = raw(
+        &client,
+        "GET",
+        &format!("{base}?limit=3&labelSelector=a%3Db&continue={token}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (410, Some("Expired")),
+        "{status}"
+    );
+    let (_, again) = raw(&client, "GET", &format!("{base}?limit=2"), Value::Null).await;
+    let other = again["metadata"]["continue"].as_str().unwrap();
+    let (code, status) = raw(
+        &client,
+        "GET",
+        &format!("{base}?limit=2&labelSelector=a%3Db&continue={other}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(status["message"].as_str().unwrap().contains("continue"));
+}
+
+/// A reflector listing one object per page while another client deletes, replaces and creates
+/// objects ends with exactly the server's objects. With pages cut from the live store, deleting
+/// listed objects shifted the rest and some were never listed nor ever seen again.
+#[tokio::test]
+async fn a_reflector_listing_in_small_pages_during_changes_ends_with_the_servers_objects() {
+    let client = server().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    create_all(&cms, (0..150).map(|i| format!("c{i:03}"))).await;
+    let writer = {
+        let cms = cms.clone();
+        tokio::spawn(async move {
+            for i in 0..100 {
+                cms.delete(&format!("c{i:03}"), &DeleteParams::default())
+                    .await
+                    .unwrap();
+                let changed: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("c{:03}", 149 - i % 50)},
+                    "data": {"k": format!("v{i}")}
+                }))
+                .unwrap();
+                cms.replace(&changed.name_any(), &PostParams::default(), &changed)
+                    .await
+                    .unwrap();
+                cms.create(&PostParams::default(), &configmap(&format!("n{i:03}")))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let (reader, writer_half) = kube::runtime::reflector::store::<ConfigMap>();
+    let stream = kube::runtime::reflector(
+        writer_half,
+        watcher(cms.clone(), watcher::Config::default().page_size(1)),
+    );
+    let following = tokio::spawn(stream.for_each(|_| async {}));
+    writer.await.unwrap();
+
+    let server_side: Vec<(String, String)> = cms
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| (c.name_any(), c.resource_version().unwrap()))
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut cached: Vec<(String, String)> = reader
+            .state()
+            .iter()
+            .map(|c| (c.name_any(), c.resource_version().unwrap()))
+            .collect();
+        cached.sort();
+        if cached == server_side {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reflector's objects never matched the server's: {} cached, {} on the server; \
+             missing {:?}",
+            cached.len(),
+            server_side.len(),
+            server_side
+                .iter()
+                .filter(|o| !cached.contains(o))
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    following.abort();
 }

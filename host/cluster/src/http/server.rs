@@ -25,6 +25,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::auth::access::Access;
 use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
+use crate::http::paging::ListPages;
 use crate::http::query::{
     DeleteQuery, ListOptions, Query, Write, WriteOptions, invalid_options, not_supported,
 };
@@ -59,6 +60,8 @@ pub struct ServerOptions {
 pub struct ApiServer {
     pub store: Arc<Store>,
     pub options: ServerOptions,
+    /// The snapshots of paged lists being read.
+    pub pages: ListPages,
 }
 
 /// A server serving in the background.
@@ -99,7 +102,11 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         faults: options.faults.clone(),
         stats: options.stats.clone(),
     });
-    let state = Arc::new(ApiServer { store, options });
+    let state = Arc::new(ApiServer {
+        store,
+        options,
+        pages: ListPages::default(),
+    });
     Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/livez", axum::routing::get(|| async { "ok" }))
@@ -294,9 +301,9 @@ async fn serve_request(
             Ok(options) if options.watch => {
                 return watch(&server.store, &target, &options, table);
             }
-            Ok(options) if table => list(&server.store, &target, &options)
+            Ok(options) if table => list(&server.store, &server.pages, &target, &options)
                 .map(|(code, l)| (code, Arc::new(list_as_table(&target.t, &l)))),
-            Ok(options) => list(&server.store, &target, &options),
+            Ok(options) => list(&server.store, &server.pages, &target, &options),
             Err(e) => Err(e),
         },
         (&Method::GET, Some(name)) => server
@@ -341,7 +348,9 @@ async fn serve_request(
                     .delete(&target.t, target.namespace.as_deref(), name, &opts)
             })
             .map(|o| (200, o)),
-        (&Method::DELETE, None) => delete_collection(&server.store, &target, &body, &query),
+        (&Method::DELETE, None) => {
+            delete_collection(&server.store, &server.pages, &target, &body, &query)
+        }
         _ => Err(ApiError::new(
             405,
             "MethodNotAllowed",
@@ -481,38 +490,41 @@ fn selectors(options: &ListOptions) -> Result<(Selector, Selector), ApiError> {
 
 fn list(
     store: &Store,
+    pages: &ListPages,
     target: &Target,
     options: &ListOptions,
 ) -> Result<(u16, Arc<Value>), ApiError> {
-    let (labels, fields) = selectors(options)?;
-    let (items, rv) = store.list(&target.t, target.namespace.as_deref());
-    let items: Vec<Arc<Value>> = items
-        .into_iter()
-        .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
-        .collect();
-    let offset: usize = match options.continue_token.as_deref() {
-        Some(token) => token
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid continue token {token:?}")))?,
-        None => 0,
-    };
-    let limit: usize = options
+    let limit = options
         .limit
         .and_then(|l| usize::try_from(l).ok())
-        .filter(|l| *l > 0)
-        .unwrap_or(usize::MAX);
+        .filter(|l| *l > 0);
+    // A token serves only the list it came from: same resource, namespace and selectors.
+    let scope = format!(
+        "{}\n{}\n{}\n{}",
+        target.t.key(),
+        target.namespace.as_deref().unwrap_or_default(),
+        options.label_selector,
+        options.field_selector
+    );
+    let now = std::time::Instant::now();
+    let page = match options.continue_token.as_deref() {
+        Some(token) => pages.next(&scope, token, limit, now)?,
+        None => {
+            let (labels, fields) = selectors(options)?;
+            let (items, rv) = store.list(&target.t, target.namespace.as_deref());
+            let items: Vec<Arc<Value>> = items
+                .into_iter()
+                .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
+                .collect();
+            pages.first(scope, rv, items, limit, now)
+        }
+    };
     // The one copy of a list: the answer is a new document holding the items.
-    let page: Vec<Value> = items
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|o| (**o).clone())
-        .collect();
-    let next = offset + page.len();
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if next < items.len() {
-        metadata["continue"] = json!(next.to_string());
-        metadata["remainingItemCount"] = json!(items.len() - next);
+    let items: Vec<Value> = page.items.iter().map(|o| (**o).clone()).collect();
+    let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+    if let Some(token) = page.continue_token {
+        metadata["continue"] = json!(token);
+        metadata["remainingItemCount"] = json!(page.remaining);
     }
     Ok((
         200,
@@ -520,7 +532,7 @@ fn list(
             "apiVersion": target.t.api_version(),
             "kind": format!("{}List", target.t.kind),
             "metadata": metadata,
-            "items": page,
+            "items": items,
         })),
     ))
 }
@@ -676,6 +688,7 @@ fn delete_options(body: &Bytes, query: &Query) -> Result<DeleteOptions, ApiError
 
 fn delete_collection(
     store: &Store,
+    pages: &ListPages,
     target: &Target,
     body: &Bytes,
     query: &Query,
@@ -685,7 +698,7 @@ fn delete_collection(
         resource_version: None,
         ..delete_options(body, query)?
     };
-    let (_, listed) = list(store, target, &ListOptions::from_query(query)?)?;
+    let (_, listed) = list(store, pages, target, &ListOptions::from_query(query)?)?;
     let mut deleted = Vec::new();
     for item in listed["items"].as_array().into_iter().flatten() {
         let name = item
