@@ -141,8 +141,18 @@ pub struct RegistryClient {
     http: reqwest::Client,
     insecure: BTreeSet<String>,
     limits: Limits,
-    authorizations: Mutex<HashMap<(String, String, Access), Authorization>>,
+    /// What answered a challenge before, per registry, repository, access and the
+    /// credentials it was earned with: a token or password one caller's Secret obtained never
+    /// serves a caller with other credentials or none (one tenant's pull does not open another
+    /// tenant's private repository).
+    authorizations: Mutex<HashMap<AuthorizationKey, Authorization>>,
 }
+
+/// Authorizations kept at most.
+const MAX_AUTHORIZATIONS: usize = 1024;
+
+/// Registry, repository, access, and the credentials given (none: anonymous).
+type AuthorizationKey = (String, String, Access, Option<Basic>);
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -391,7 +401,13 @@ impl RegistryClient {
         what: &str,
         build: impl Fn(&reqwest::Client) -> RequestBuilder,
     ) -> Result<Response, RegistryError> {
-        let key = (r.registry.clone(), r.repository.clone(), access);
+        let basic = creds.get(&r.registry).cloned();
+        let key = (
+            r.registry.clone(),
+            r.repository.clone(),
+            access,
+            basic.clone(),
+        );
         let known = self.authorization(&key);
         let response = self
             .execute(r, what, authorize(build(&self.http), known.as_ref()))
@@ -400,7 +416,6 @@ impl RegistryClient {
             return Ok(response);
         }
         let challenge = header(response.headers(), WWW_AUTHENTICATE.as_str()).unwrap_or_default();
-        let basic = creds.get(&r.registry).cloned();
         let fresh = match Challenge::parse(&challenge) {
             Some(Challenge::Basic) => match basic {
                 Some(basic) => Authorization::Basic(basic),
@@ -448,21 +463,24 @@ impl RegistryClient {
                 .remove(&key);
             return Err(RegistryError::Unauthorized {
                 what: what.to_owned(),
-                hint: if creds.get(&r.registry).is_some() {
+                hint: if key.3.is_some() {
                     "the credentials given were refused".into()
                 } else {
                     format!("no credentials are given for {}", r.registry)
                 },
             });
         }
-        self.authorizations
-            .lock()
-            .expect("authorizations")
-            .insert(key, fresh);
+        let mut known = self.authorizations.lock().expect("authorizations");
+        // Kept per set of credentials, so bounded: past the bound, start again (each pull then
+        // answers one challenge more).
+        if known.len() >= MAX_AUTHORIZATIONS {
+            known.clear();
+        }
+        known.insert(key, fresh);
         Ok(response)
     }
 
-    fn authorization(&self, key: &(String, String, Access)) -> Option<Authorization> {
+    fn authorization(&self, key: &AuthorizationKey) -> Option<Authorization> {
         self.authorizations
             .lock()
             .expect("authorizations")

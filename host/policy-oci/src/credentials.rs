@@ -13,7 +13,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 /// A user name and password for one registry.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Basic {
     pub username: String,
     pub password: String,

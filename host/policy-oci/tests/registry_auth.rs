@@ -55,9 +55,17 @@ async fn pull(
     registry: &str,
     creds: &Credentials,
 ) -> Result<tfjob_policy_oci::Pulled, tfjob_policy_oci::PullError> {
-    let r = ModuleRef::parse(&format!("{registry}/team/p:v1")).unwrap();
     let client = RegistryClient::new(Limits::default(), [registry.to_owned()]).unwrap();
-    tfjob_policy_oci::pull(&client, &r, creds, &TrustedKeys::none()).await
+    pull_with(&client, registry, creds).await
+}
+
+async fn pull_with(
+    client: &RegistryClient,
+    registry: &str,
+    creds: &Credentials,
+) -> Result<tfjob_policy_oci::Pulled, tfjob_policy_oci::PullError> {
+    let r = ModuleRef::parse(&format!("{registry}/team/p:v1")).unwrap();
+    tfjob_policy_oci::pull(client, &r, creds, &TrustedKeys::none()).await
 }
 
 #[tokio::test]
@@ -109,4 +117,52 @@ async fn a_bearer_challenge_is_answered_with_a_token_from_its_realm() {
     assert_eq!(pulled.module, MODULE);
     // One token for the manifest and the blob: it is kept for the repository.
     assert_eq!(issued.load(Ordering::SeqCst), 1);
+}
+
+/// The operator has one client for every namespace's pulls: what one namespace's Secret earned
+/// (a password accepted, a token) must not open the repository to a pull with other
+/// credentials or none.
+#[tokio::test]
+async fn what_one_callers_credentials_earned_never_serves_another_caller() {
+    let tokens = serve(move |r: &Request| {
+        if r.header("authorization") == Some(basic("robot", "pw").as_str()) {
+            ok(br#"{"token": "t0k3n"}"#)
+        } else {
+            Answer::Full(401, Vec::new(), Vec::new())
+        }
+    })
+    .await;
+    let bearer = format!("Bearer realm=\"http://{tokens}/token\",service=\"fake-registry\"");
+    for (expected, challenge, user, password) in [
+        (
+            basic("ci", "s3cret"),
+            "Basic realm=\"registry\"".to_owned(),
+            "ci",
+            "s3cret",
+        ),
+        ("Bearer t0k3n".to_owned(), bearer, "robot", "pw"),
+    ] {
+        let registry = serve(guarded(expected, challenge.clone()))
+            .await
+            .to_string();
+        let client = RegistryClient::new(Limits::default(), [registry.clone()]).unwrap();
+        let good = docker_config(&registry, user, password);
+        for _ in 0..2 {
+            let pulled = pull_with(&client, &registry, &good).await.unwrap();
+            assert_eq!(pulled.module, MODULE, "{challenge}");
+        }
+        let stale = pull_with(&client, &registry, &docker_config(&registry, user, "old"))
+            .await
+            .unwrap_err();
+        assert!(
+            stale.to_string().contains("refused") || stale.to_string().contains("token service"),
+            "{challenge}: {stale}"
+        );
+        let anonymous = pull_with(&client, &registry, &Credentials::default())
+            .await
+            .unwrap_err();
+        assert_eq!(anonymous.step(), "auth", "{challenge}: {anonymous}");
+        // And the rightful caller is still served.
+        pull_with(&client, &registry, &good).await.unwrap();
+    }
 }
