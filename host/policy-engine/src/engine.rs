@@ -63,6 +63,12 @@ pub const MAX_PREPARED: usize = 4;
 /// anyway, so a validation that fills its memory cap costs a bounded copy, not 64 MiB.
 pub const MAX_PREPARED_MEMORY: usize = 16 << 20;
 
+/// How long reading a validated instance's state back may take. The reads run only the
+/// accessors the instrumentation added (no guest code), over at most [`MAX_PREPARED_MEMORY`],
+/// so they are bounded by the host's speed, not by the policy: on a loaded machine they outlast
+/// the policy's own call deadline, and a read cut short would leave no copy at all.
+const SNAPSHOT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A copy of a component whose instances start where `validate-settings` of `settings` ended.
 #[derive(Clone)]
 struct Prepared {
@@ -671,6 +677,10 @@ impl LimitedEngine<'_> {
             if memory > MAX_PREPARED_MEMORY {
                 return Ok(Ok(Err(memory)));
             }
+            // The policy's own code is done: the reads get their own deadline.
+            store.set_epoch_deadline(
+                SNAPSHOT_DEADLINE.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64
+            );
             preinit::snapshot(&instrumented, store, *instance).map(|image| Ok(Ok(image)))
         })?;
         let image = image.map_err(|memory| {

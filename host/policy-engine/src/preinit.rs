@@ -13,6 +13,7 @@
 //! the engine prepares is in [`crate::engine`].
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
@@ -45,10 +46,18 @@ pub(crate) fn snapshot(
         instance,
         failed: None,
     };
-    let bytes = now(Wizer::new().snapshot_component(&instrumented.context, &mut access))?;
-    match access.failed {
-        Some(e) => Err(e),
-        None => Ok(bytes),
+    // Wizer expects every read to succeed: when one fails (reported through `failed`), it
+    // finds a memory it was not shown and asserts. That assertion is caught here and the read's
+    // own error returned, so a failed read costs the copy, not the thread.
+    let made = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        now(Wizer::new().snapshot_component(&instrumented.context, &mut access))
+    }));
+    match (access.failed, made) {
+        (Some(e), _) => Err(e),
+        (None, Ok(bytes)) => bytes,
+        (None, Err(_)) => Err(wasmtime::format_err!(
+            "the snapshot of the validated instance failed inside wasmtime-wizer"
+        )),
     }
 }
 
