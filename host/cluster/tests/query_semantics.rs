@@ -417,3 +417,69 @@ async fn a_reflector_listing_in_small_pages_during_changes_ends_with_the_servers
     }
     following.abort();
 }
+
+/// A watch from a version older than the kept history starts, and its one event is an ERROR
+/// with the 410, as a real server sends it: kube-runtime's watcher relists on that event only
+/// (an HTTP 410 made it retry the same version forever, its cache frozen).
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_gets_an_error_event_410() {
+    let store = Store::new();
+    let (addr, _server) = tfjob_cluster::http::server::start(std::sync::Arc::clone(&store), 0)
+        .await
+        .unwrap();
+    let client = Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first = cms
+        .create(&PostParams::default(), &configmap("churn"))
+        .await
+        .unwrap();
+    let old = first.resource_version().unwrap();
+    // More changes than the server keeps: the first version is compacted away.
+    let configmaps = store.resource("", "configmaps").unwrap();
+    let mut object = serde_json::to_value(&first).unwrap();
+    for i in 0..50_001 {
+        object["data"]["k"] = json!(i.to_string());
+        object["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        object = (*store
+            .replace(
+                &configmaps,
+                Some("default"),
+                "churn",
+                object.clone(),
+                tfjob_cluster::Part::Whole,
+            )
+            .unwrap())
+        .clone();
+    }
+
+    let (code, text) = raw_text(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={old}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 1, "{text}");
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+
+    // What kube-runtime's watcher reads to decide to list again.
+    let mut stream = cms
+        .watch(&kube::api::WatchParams::default(), &old)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(kube::api::WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        other => panic!("expected an ERROR event with 410, got {other:?}"),
+    }
+}

@@ -803,6 +803,17 @@ fn bookmark_line(api_version: &str, kind: &str, rv: u64, initial_events_end: boo
     Bytes::from(line)
 }
 
+/// A watch whose resourceVersion has been compacted away: one ERROR event, then the end.
+fn expired_watch(e: &ApiError) -> Response {
+    let mut line = json!({"type": "ERROR", "object": e.status()}).to_string();
+    line.push('\n');
+    Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(line))
+        .unwrap_or_else(|_| error_response(e))
+}
+
 fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: bool) -> Response {
     // `kubectl get -w` asks for every event as a one-row table.
     let table_of = as_table.then(|| target.t.clone());
@@ -852,6 +863,11 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
     };
     let (past, rx) = match store.watch(&target.t.key(), ns.as_deref(), since) {
         Ok(w) => w,
+        // A version older than the kept history is answered as a real server answers it: the
+        // watch starts (200) and its one event is an ERROR carrying the 410. Clients relist on
+        // that event; an HTTP 410 instead made kube-runtime's watcher retry the same version
+        // forever, and its cache stopped following.
+        Err(e) if e.code == 410 => return expired_watch(&e),
         Err(e) => return error_response(&e),
     };
     let timeout = options
