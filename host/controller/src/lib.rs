@@ -209,6 +209,9 @@ pub async fn run(
         job_writer,
         watcher(jobs, watcher::Config::default().any_semantic()),
     )
+    // As every other watch here: a refused or broken watch is retried after a growing pause,
+    // not at once in a loop against the API server.
+    .default_backoff()
     .inspect_ok(move |event| {
         if matches!(event, watcher::Event::InitDone) {
             jobs_listed_tx.send_replace(true);
