@@ -17,7 +17,8 @@ use tfjob_planner::{Deletion, EventType, JobEvent, Plan};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::pod_group::{self, Applied};
+use crate::owned_object::Applied;
+use crate::pod_group;
 use crate::workload;
 
 /// How soon a job is looked at again after its status write lost an optimistic-concurrency race.
@@ -78,7 +79,7 @@ pub async fn execute(ctx: &Context, job: &TFJob, plan: Plan) -> Result<Executed,
     // The Workload before any pod, for the same reason: pods run only for an admitted one.
     if let Some(change) = &plan.workload
         && ctx.kueue.is_some()
-        && let workload::Applied::Conflict = workload::apply(ctx, job, &reference, change).await?
+        && let Applied::Conflict = workload::apply(ctx, job, &reference, change).await?
     {
         return Ok(Executed::Conflict);
     }

@@ -22,6 +22,7 @@ pub mod kueue;
 pub mod leader;
 pub mod metrics;
 pub mod outcome;
+pub mod owned_object;
 pub mod owner_index;
 pub mod pod_group;
 pub mod priority_classes;

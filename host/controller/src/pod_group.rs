@@ -13,13 +13,7 @@ use tfjob_planner::{EventType, JobEvent, gang::PodGroupChange};
 use crate::context::Context;
 use crate::error::Error;
 use crate::gang::GangCaches;
-
-/// What applying a PodGroup change led to.
-pub enum Applied {
-    Done,
-    /// The stored group changed since it was cached; look again shortly.
-    Conflict,
-}
+use crate::owned_object::{self, Applied, CreateEvents};
 
 /// Creates, updates or deletes the job's PodGroup, with events as 1.9 published them for
 /// deletions (and the pod events' wording for creations).
@@ -36,34 +30,18 @@ pub async fn apply(
         Api::namespaced_with(ctx.client.clone(), &namespace, &gang.resource);
     match change {
         PodGroupChange::Create(object) => {
-            let object: DynamicObject = serde_json::from_value(object.clone())
-                .map_err(|e| Error::Internal(format!("PodGroup of {namespace}/{name}: {e}")))?;
-            match api.create(&PostParams::default(), &object).await {
-                Ok(_) => {
-                    ctx.metrics.pod_group_created();
-                    let event = JobEvent::new(
-                        EventType::Normal,
-                        "SuccessfulCreatePodGroup",
-                        format!("Created PodGroup: {name}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                }
-                // Created by an earlier reconcile whose result the cache does not show yet.
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(e) => {
-                    let event = JobEvent::new(
-                        EventType::Warning,
-                        "FailedCreatePodGroup",
-                        format!("Error creating: {e}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                    return Err(Error::kube(
-                        format!("creating PodGroup {namespace}/{name}"),
-                        e,
-                    ));
-                }
+            let events = CreateEvents {
+                created: (
+                    "SuccessfulCreatePodGroup",
+                    format!("Created PodGroup: {name}"),
+                ),
+                failed: ("FailedCreatePodGroup", |e: &kube::Error| {
+                    format!("Error creating: {e}")
+                }),
+            };
+            let what = format!("PodGroup {namespace}/{name}");
+            if owned_object::create(ctx, &api, reference, object, &what, events).await? {
+                ctx.metrics.pod_group_created();
             }
         }
         PodGroupChange::UpdateSpec(spec) => {

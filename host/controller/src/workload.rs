@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use tfjob_api::TFJob;
 use tfjob_planner::kueue::WorkloadChange;
@@ -13,13 +13,7 @@ use tfjob_planner::{EventType, JobEvent};
 use crate::context::Context;
 use crate::error::Error;
 use crate::kueue::workload_resource;
-
-/// What applying a Workload change led to.
-pub enum Applied {
-    Done,
-    /// The stored Workload changed since it was cached; look again shortly.
-    Conflict,
-}
+use crate::owned_object::{self, Applied, CreateEvents};
 
 /// Creates, deletes or finishes the job's Workload, with an event for each.
 pub async fn apply(
@@ -34,35 +28,17 @@ pub async fn apply(
     match change {
         WorkloadChange::Create(object) => {
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            let object: DynamicObject = serde_json::from_value(object.clone())
-                .map_err(|e| Error::Internal(format!("Workload {namespace}/{name}: {e}")))?;
-            match api.create(&PostParams::default(), &object).await {
-                Ok(_) => {
-                    let event = JobEvent::new(
-                        EventType::Normal,
-                        "CreatedWorkload",
-                        format!("Created Workload: {namespace}/{name}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                }
-                // Created by an earlier reconcile whose result the cache does not show yet.
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(e) => {
-                    // Kueue's own validation (its CRD's rules) speaks here: say it on the job.
-                    let event = JobEvent::new(
-                        EventType::Warning,
-                        "FailedCreateWorkload",
-                        format!("Error creating Workload {namespace}/{name}: {e}"),
-                        None,
-                    );
-                    ctx.publish(reference, &event).await;
-                    return Err(Error::kube(
-                        format!("creating Workload {namespace}/{name}"),
-                        e,
-                    ));
-                }
-            }
+            let events = CreateEvents {
+                created: (
+                    "CreatedWorkload",
+                    format!("Created Workload: {namespace}/{name}"),
+                ),
+                failed: ("FailedCreateWorkload", |e: &kube::Error| {
+                    format!("Error creating Workload {namespace}/{name}: {e}")
+                }),
+            };
+            let what = format!("Workload {namespace}/{name}");
+            owned_object::create(ctx, &api, reference, object, &what, events).await?;
         }
         WorkloadChange::Delete { name, uid } => {
             let params = DeleteParams {
