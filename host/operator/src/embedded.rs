@@ -217,13 +217,7 @@ impl EmbeddedCluster {
         let durable = match options.state.as_deref() {
             Some(path) => {
                 let (durable, restored) = Durable::open(path)?;
-                tfjob_cluster::storage::persist::restore(
-                    &store,
-                    restored.resource_version,
-                    restored.objects,
-                );
-                imported_json = restored.imported_json;
-                store.set_journal(durable.clone());
+                imported_json = durable.attach(&store, restored);
                 Some(durable)
             }
             None => None,

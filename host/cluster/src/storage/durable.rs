@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::storage::persist;
-use crate::storage::store::{EventType, Journal, WatchEvent};
+use crate::storage::store::{EventType, Journal, Store, WatchEvent};
 
 /// The first bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8] = b"SQLite format 3\0";
@@ -101,7 +101,7 @@ impl DurableError {
 }
 
 /// What a state database held when opened.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Restored {
     /// The resourceVersion to resume from: [`RV_GAP`] past the last durable one (1 for a new
     /// database), or that of an imported JSON state.
@@ -140,6 +140,15 @@ impl std::fmt::Debug for Durable {
 }
 
 impl Durable {
+    /// Fills `store` (its types registered) with what [`Durable::open`] restored and has it
+    /// journal every later change here; returns where an imported JSON state is kept now.
+    /// The journal is set only after the restore: restoring writes nothing back.
+    pub fn attach(self: &Arc<Self>, store: &Store, restored: Restored) -> Option<PathBuf> {
+        persist::restore(store, restored.resource_version, restored.objects);
+        store.set_journal(self.clone());
+        restored.imported_json
+    }
+
     /// Opens (or creates) the state database at `path`, checks it, reads every object back and
     /// starts the writer. An old JSON state file at `path` is imported first.
     pub fn open(path: &Path) -> Result<(Arc<Durable>, Restored), DurableError> {
@@ -641,8 +650,7 @@ mod tests {
     fn open_store(path: &Path) -> (Arc<Store>, Arc<Durable>, Restored) {
         let (durable, restored) = Durable::open(path).expect("the state opens");
         let store = Store::new();
-        persist::restore(&store, restored.resource_version, restored.objects.clone());
-        store.set_journal(durable.clone());
+        durable.attach(&store, restored.clone());
         (store, durable, restored)
     }
 
