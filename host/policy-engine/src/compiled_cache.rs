@@ -1,28 +1,43 @@
 //! Compiled policies on disk, so that a restart loads its policies without compiling them again
-//! (a multi-MB component takes seconds to compile).
+//! (a multi-MB component takes seconds to compile), and so that compiled code is mapped from a
+//! file instead of copied into the operator's memory.
 //!
-//! A file `<dir>/compiled/<module sha256>-<engine>.cwasm` holds what wasmtime's
-//! `precompile_component` made of the module, keyed by the module's digest and a fingerprint of
-//! everything that shapes compiled code: the engine's compatibility hash (its compilation
-//! settings and wasmtime's version) and this crate's version.
+//! A file `<dir>/compiled/<key>-<engine>.cwasm` holds exactly what wasmtime's
+//! `precompile_component` made of a module (`key` is the module's sha256, or a digest naming a
+//! pre-initialised copy), keyed by a fingerprint of everything that shapes compiled code: the
+//! engine's compatibility hash (its compilation settings and wasmtime's version), this crate's
+//! version and the cache format. Beside it, `<file>.sha256` holds the SHA-256 of its contents.
 //!
-//! Compiled code is trusted code: `Component::deserialize` runs it without validation. The
+//! **Mapped, not copied.** The engine loads a file with `Component::deserialize_file`, which maps
+//! it: the compiled code and the modules' initial memory images stay file-backed pages, read in
+//! when a call first touches them and dropped by the kernel under memory pressure, instead of
+//! anonymous memory held for the life of the policy. A Python or JavaScript policy carries a
+//! whole language runtime of which one policy's calls touch a small part, so this is most of
+//! what a loaded policy costs (see `docs/performance.md`). Without `--policy-cache-dir` the
+//! engine keeps its files in a private temporary directory removed when it stops
+//! ([`CompiledCache::temporary`]); where no file can be written (a full or read-only disk) the
+//! code is kept in memory, and costs accordingly.
+//!
+//! Compiled code is trusted code: `Component::deserialize_file` runs it without validation. The
 //! guarantee that what is loaded is what this engine compiled rests on two things.
 //! - **The directory is the operator's own.** [`private_dir`] creates it with mode 0700 and
 //!   refuses to start with one that is owned by another user or that others can write, so
 //!   only the operator's own user can place a file there; that user can replace the
 //!   operator's binary just as well.
-//! - **Every file carries the SHA-256 of its body**, written with it and checked before the
-//!   body reaches wasmtime, so a torn write, a truncated file, flipped bits or a body altered
-//!   without its header are caught: such a file is removed and the module compiled again.
-//!   (wasmtime itself also refuses code compiled with other settings or by another version.)
+//! - **Every file has the SHA-256 of its contents beside it**, written after it and checked
+//!   before the file reaches wasmtime, so a torn write, a truncated file, flipped bits or a file
+//!   altered without its checksum are caught: such a file is removed and the module compiled
+//!   again. (wasmtime itself also refuses code compiled with other settings or by another
+//!   version.) Files are only ever replaced by a rename, never written in place, so a file that
+//!   is mapped never changes under the operator.
 //!
 //! Files are written to a temporary file, synced and renamed into place, so a crash leaves the
-//! old file or the new one, never half of one.
+//! old file or the new one, never half of one; a file whose checksum a crash kept from being
+//! written is compiled again.
 
 use std::fs;
 use std::hash::{Hash as _, Hasher};
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,8 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 
-/// The first bytes of a cache file: the format's name and version.
-const MAGIC: &[u8; 8] = b"TFJOBCW1";
+/// The layout of the files, part of every file's name: files of an older layout are never read.
+const FORMAT: &str = "mapped-1";
 /// Largest cache file read: compiled code is a few times the module's size.
 const MAX_FILE_BYTES: u64 = 1 << 30;
 
@@ -96,15 +111,20 @@ pub struct CacheStats {
     pub misses: u64,
     /// Files found damaged or altered, removed and compiled again.
     pub rejected: u64,
+    /// Compiled modules that could not be written (a full or read-only disk): kept in memory.
+    pub unwritten: u64,
 }
 
 /// The compiled-code cache under a private directory.
 #[derive(Debug)]
 pub struct CompiledCache {
     dir: PathBuf,
+    /// The directory of a [`CompiledCache::temporary`] cache, removed with it.
+    temporary: Option<tempfile::TempDir>,
     hits: AtomicU64,
     misses: AtomicU64,
     rejected: AtomicU64,
+    unwritten: AtomicU64,
 }
 
 impl CompiledCache {
@@ -116,12 +136,40 @@ impl CompiledCache {
             path: dir.display().to_string(),
             message: format!("cannot create {}: {e}", compiled.display()),
         })?;
-        Ok(CompiledCache {
-            dir: compiled,
+        Ok(CompiledCache::at(compiled, None))
+    }
+
+    /// A cache in a new private directory under the system's temporary directory, removed when
+    /// the cache is dropped: compiled code is mapped from files even when no cache directory is
+    /// configured.
+    pub fn temporary() -> Result<CompiledCache, CacheDirError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::Builder::new()
+            .prefix("tfjob-policies-")
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| CacheDirError {
+                path: std::env::temp_dir().display().to_string(),
+                message: format!("cannot create a directory for compiled policies: {e}"),
+            })?;
+        // Made by us with mode 0700: what `private_dir` checks of a configured directory.
+        Ok(CompiledCache::at(dir.path().to_owned(), Some(dir)))
+    }
+
+    fn at(dir: PathBuf, temporary: Option<tempfile::TempDir>) -> CompiledCache {
+        CompiledCache {
+            dir,
+            temporary,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
-        })
+            unwritten: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the files go when the operator stops (no `--policy-cache-dir`).
+    pub fn is_temporary(&self) -> bool {
+        self.temporary.is_some()
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -129,43 +177,40 @@ impl CompiledCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            unwritten: self.unwritten.load(Ordering::Relaxed),
         }
     }
 
-    /// The file of `digest` (hex) as compiled by `engine`.
-    pub fn path(&self, digest: &str, engine: &Engine) -> PathBuf {
+    /// The file of `key` (hex: a module's digest, or a pre-initialised copy's) as compiled by
+    /// `engine`.
+    pub fn path(&self, key: &str, engine: &Engine) -> PathBuf {
         let mut hasher = Fingerprint(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut hasher);
         hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
+        hasher.0.update(FORMAT.as_bytes());
         let fingerprint = hex::encode(&hasher.0.finalize()[..8]);
-        self.dir.join(format!("{digest}-{fingerprint}.cwasm"))
+        self.dir.join(format!("{key}-{fingerprint}.cwasm"))
     }
 
-    /// The compiled code at `path`, if a sound file is there. A damaged or altered one is
-    /// removed (and counted); the caller compiles again.
-    pub fn load(&self, path: &Path) -> Option<Vec<u8>> {
-        let bytes = match read_capped(path) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return None,
-            Err(e) => {
-                self.reject(path, &e);
-                return None;
-            }
-        };
-        match body(&bytes) {
-            Ok(body) => {
+    /// Whether a sound file is at `path`: there, not larger than the cap, and its checksum file
+    /// matches its contents. A damaged or altered one is removed (and counted); the caller
+    /// compiles again. Reading goes through the page cache, not the operator's memory.
+    pub fn verify(&self, path: &Path) -> bool {
+        match check(path) {
+            Ok(true) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(body.to_vec())
+                true
             }
+            Ok(false) => false,
             Err(why) => {
-                self.reject(path, why);
-                None
+                self.reject(path, &why);
+                false
             }
         }
     }
 
-    /// Records that a loaded file did not deserialize (another wasmtime, other settings) and
-    /// removes it.
+    /// Records that a file is damaged or stale (it failed its checksum, or wasmtime refused
+    /// it) and removes it with its checksum.
     pub fn reject(&self, path: &Path, why: &str) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
@@ -174,49 +219,93 @@ impl CompiledCache {
             "a compiled policy in the cache is damaged or stale; it is removed and compiled again"
         );
         let _ = fs::remove_file(path);
+        let _ = fs::remove_file(checksum_path(path));
     }
 
-    /// Writes `code` (compiled for the file `path` names), with its checksum.
-    pub fn store(&self, path: &Path, code: &[u8]) {
+    /// Writes `code` (compiled for the file `path` names), then its checksum. An error (a full
+    /// or read-only disk) is logged, counted and returned: the caller keeps the code in memory.
+    pub fn store(&self, path: &Path, code: &[u8]) -> std::io::Result<()> {
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let write = || -> std::io::Result<()> {
-            let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
-            file.write_all(MAGIC)?;
-            file.write_all(&Sha256::digest(code))?;
-            file.write_all(code)?;
-            file.as_file().sync_all()?;
-            file.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        };
-        if let Err(e) = write() {
-            tracing::warn!(file = %path.display(), error = %e, "a compiled policy could not be cached");
+        self.write_checked(path, code)
+    }
+
+    /// Keeps the module `bytes` of `digest` (its bytes are read again to pre-initialise it),
+    /// with a checksum, and returns where.
+    pub fn store_module(&self, digest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let path = self.dir.join(format!("{digest}.wasm"));
+        self.write_checked(&path, bytes)?;
+        Ok(path)
+    }
+
+    /// The module kept at `path`, if it is there and sound.
+    pub fn read_module(&self, path: &Path) -> Option<Vec<u8>> {
+        check(path).ok().filter(|&sound| sound)?;
+        fs::read(path).ok()
+    }
+
+    /// Removes the files filed under `key` (compiled code, a kept module, their checksums):
+    /// their policy is no longer loaded. A mapped file stays readable until it is unmapped.
+    pub fn forget(&self, key: &str, engine: &Engine) {
+        for path in [self.path(key, engine), self.dir.join(format!("{key}.wasm"))] {
+            let _ = fs::remove_file(checksum_path(&path));
+            let _ = fs::remove_file(&path);
         }
     }
+
+    /// Writes `bytes` to `path`, then their checksum beside it; on failure, neither is left.
+    fn write_checked(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let write = |to: &Path, bytes: &[u8]| -> std::io::Result<()> {
+            let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
+            file.write_all(bytes)?;
+            file.as_file().sync_all()?;
+            file.persist(to).map_err(|e| e.error)?;
+            Ok(())
+        };
+        let sum = format!("{}\n", hex::encode(Sha256::digest(bytes)));
+        let written = write(path, bytes).and_then(|()| write(&checksum_path(path), sum.as_bytes()));
+        if let Err(e) = &written {
+            self.unwritten.fetch_add(1, Ordering::Relaxed);
+            let _ = fs::remove_file(path);
+            tracing::warn!(file = %path.display(), error = %e, "a compiled policy could not be written; it is kept in memory");
+        }
+        written
+    }
 }
 
-fn read_capped(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let meta = match fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+/// Where the checksum of the file at `path` is.
+fn checksum_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".sha256");
+    PathBuf::from(name)
+}
+
+/// `Ok(false)`: no file; `Ok(true)`: a sound one; `Err`: a damaged one, with why.
+fn check(path: &Path) -> Result<bool, String> {
+    let mut file = match fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e.to_string()),
     };
-    if meta.len() > MAX_FILE_BYTES {
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len > MAX_FILE_BYTES {
         return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
     }
-    fs::read(path).map(Some).map_err(|e| e.to_string())
-}
-
-/// The body of a cache file, if its header says it is whole.
-fn body(bytes: &[u8]) -> Result<&[u8], &'static str> {
-    let rest = bytes.strip_prefix(MAGIC).ok_or("not a cache file")?;
-    if rest.len() < 32 {
-        return Err("truncated");
+    let expected = fs::read_to_string(checksum_path(path))
+        .map_err(|e| format!("its checksum cannot be read: {e}"))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 1 << 20];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
     }
-    let (sum, body) = rest.split_at(32);
-    if Sha256::digest(body).as_slice() != sum {
-        return Err("its checksum does not match its contents");
+    if hex::encode(hasher.finalize()) != expected.trim() {
+        return Err("its checksum does not match its contents".into());
     }
-    Ok(body)
+    Ok(true)
 }
 
 /// Feeds a `Hash` value into SHA-256, a stable function (unlike std's hashers).
@@ -247,28 +336,65 @@ mod tests {
         let cache = CompiledCache::open(dir.path()).unwrap();
         let engine = Engine::default();
         let path = cache.path("ab", &engine);
-        cache.store(&path, b"compiled code");
-        assert_eq!(cache.load(&path).as_deref(), Some(&b"compiled code"[..]));
+        assert!(!cache.verify(&path), "nothing there yet");
+        cache.store(&path, b"compiled code").unwrap();
+        assert!(cache.verify(&path));
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            b"compiled code",
+            "stored as it is, to be mapped"
+        );
 
         let mut bytes = fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        assert_eq!(cache.load(&path), None);
+        assert!(!cache.verify(&path));
         assert!(!path.exists(), "a damaged file is removed");
+        assert!(!checksum_path(&path).exists(), "with its checksum");
 
-        cache.store(&path, b"compiled code");
-        let bytes = fs::read(&path).unwrap();
-        fs::write(&path, &bytes[..20]).unwrap();
-        assert_eq!(cache.load(&path), None);
+        cache.store(&path, b"compiled code").unwrap();
+        fs::write(&path, b"compiled").unwrap();
+        assert!(!cache.verify(&path), "truncated");
+
+        // A crash between the file and its checksum leaves a file without one.
+        cache.store(&path, b"compiled code").unwrap();
+        fs::remove_file(checksum_path(&path)).unwrap();
+        assert!(!cache.verify(&path), "no checksum");
+        assert!(!path.exists());
         assert_eq!(
             cache.stats(),
             CacheStats {
                 hits: 1,
-                misses: 2,
-                rejected: 2
+                misses: 3,
+                rejected: 3,
+                unwritten: 0,
             }
         );
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_written_is_reported_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompiledCache::open(dir.path()).unwrap();
+        let path = cache.path("cd", &Engine::default());
+        fs::remove_dir_all(dir.path().join("compiled")).unwrap();
+        assert!(cache.store(&path, b"code").is_err());
+        assert_eq!(cache.stats().unwritten, 1);
+        assert!(!cache.verify(&path));
+    }
+
+    #[test]
+    fn a_temporary_cache_is_private_and_removed_with_it() {
+        let cache = CompiledCache::temporary().unwrap();
+        assert!(cache.is_temporary());
+        let dir = cache.dir.clone();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let path = cache.path("ef", &Engine::default());
+        cache.store(&path, b"code").unwrap();
+        assert!(cache.verify(&path));
+        drop(cache);
+        assert!(!dir.exists());
     }
 
     #[test]

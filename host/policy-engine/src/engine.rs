@@ -40,8 +40,12 @@ pub struct CompiledPolicy {
     /// Component exports, e.g. `tfjob:policy/decorate@0.2.0`.
     pub exports: Vec<String>,
     pre: InstancePre<Sandbox>,
-    /// The component as compiled (binary), kept to pre-initialise it; empty in a prepared copy.
-    binary: Arc<[u8]>,
+    /// Where the compiled code lives: mapped from a cache file, or held in memory.
+    code: CodeBacking,
+    /// The module, read again to pre-initialise it: kept on disk beside the compiled code where
+    /// it can be, so a loaded policy holds no copy of its bytes; none in a prepared copy, or
+    /// when the compiled component cannot be read back (it was not instrumented).
+    source: ModuleSource,
     /// Copies pre-initialised for a settings document (see [`LimitedEngine::prepare`]), at
     /// most [`MAX_PREPARED`]; read on every call, written once per policy version.
     prepared: ArcSwap<Vec<Prepared>>,
@@ -68,6 +72,33 @@ pub const MAX_PREPARED_MEMORY: usize = 16 << 20;
 /// so they are bounded by the host's speed, not by the policy: on a loaded machine they outlast
 /// the policy's own call deadline, and a read cut short would leave no copy at all.
 const SNAPSHOT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Where a component's compiled code lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CodeBacking {
+    /// Mapped from a file of the compiled-code cache: pages are read in when touched and the
+    /// kernel may drop them again.
+    Mapped { bytes: usize },
+    /// Copied into the operator's memory (no cache file could be written).
+    Held { bytes: usize },
+}
+
+impl CodeBacking {
+    /// The size of the compiled image.
+    pub fn bytes(&self) -> usize {
+        match self {
+            CodeBacking::Mapped { bytes } | CodeBacking::Held { bytes } => *bytes,
+        }
+    }
+}
+
+/// Where the module of a compiled policy can be read again.
+enum ModuleSource {
+    None,
+    /// In the compiled-code cache; the file's sha256 is the module's digest.
+    File(std::path::PathBuf),
+    Held(Arc<[u8]>),
+}
 
 /// A copy of a component whose instances start where `validate-settings` of `settings` ended.
 #[derive(Clone)]
@@ -134,6 +165,11 @@ impl CompiledPolicy {
         hooks
     }
 
+    /// Where its compiled code lives (the plain component's; a prepared copy has its own).
+    pub fn code(&self) -> &CodeBacking {
+        &self.code
+    }
+
     /// Whether it exports `validate-settings`.
     pub fn validates_settings(&self) -> bool {
         self.settings.is_some()
@@ -147,7 +183,7 @@ impl CompiledPolicy {
     /// Records that a background preparation for `settings` starts; false when there is
     /// nothing to prepare or it was tried already.
     fn claim_preparation(&self, settings: &str) -> bool {
-        if self.settings.is_none() || self.binary.is_empty() {
+        if self.settings.is_none() || matches!(self.source, ModuleSource::None) {
             return false;
         }
         let mut tried = self.tried.lock().expect("preparation lock");
@@ -184,7 +220,7 @@ type CompileSlot = Arc<Mutex<Option<Arc<CompiledPolicy>>>>;
 pub struct PolicyEngine {
     engine: Engine,
     /// The running engine's settings with on-demand allocation: each compilation gets an
-    /// engine of its own from it (see [`compile_apart`]).
+    /// engine of its own from it (see [`precompile_apart`]).
     compile_config: Config,
     linker: Linker<Sandbox>,
     limits: SandboxLimits,
@@ -255,7 +291,11 @@ impl PolicyEngine {
             budget,
             limits,
             compiled: Mutex::default(),
-            disk: None,
+            // Compiled code is mapped from files even without a configured cache directory;
+            // where no temporary directory can be made, it is held in memory.
+            disk: CompiledCache::temporary()
+                .inspect_err(|e| tracing::warn!(error = %e, "compiled policies are held in memory"))
+                .ok(),
             preparing: Mutex::default(),
             stop,
             ticker: Some(ticker),
@@ -327,16 +367,36 @@ impl PolicyEngine {
     /// so that replaced modules do not stay in memory for the life of the operator. Returns how
     /// many were dropped.
     pub fn evict_unused(&self) -> usize {
-        let mut map = self.compiled.lock().expect("compile cache lock");
-        let before = map.len();
-        map.retain(|_, slot| match slot.try_lock() {
-            // Held by a compilation in progress: keep it.
-            Err(_) => true,
-            Ok(cached) => cached
-                .as_ref()
-                .is_some_and(|compiled| Arc::strong_count(compiled) > 1),
-        });
-        before - map.len()
+        let mut dropped = Vec::new();
+        {
+            let mut map = self.compiled.lock().expect("compile cache lock");
+            map.retain(|_, slot| match slot.try_lock() {
+                // Held by a compilation in progress: keep it.
+                Err(_) => true,
+                Ok(cached) => match cached.as_ref() {
+                    Some(compiled) if Arc::strong_count(compiled) > 1 => true,
+                    Some(compiled) => {
+                        dropped.push(Arc::clone(compiled));
+                        false
+                    }
+                    None => false,
+                },
+            });
+        }
+        // Their files go too, so the cache directory holds what is loaded, not every version
+        // ever seen (a mapped file stays readable until the last call using it ends).
+        if let Some(cache) = &self.disk {
+            for compiled in &dropped {
+                cache.forget(&compiled.digest, &self.engine);
+                for copy in compiled.prepared.load().iter() {
+                    cache.forget(
+                        &prepared_key(&compiled.digest, &copy.settings),
+                        &self.engine,
+                    );
+                }
+            }
+        }
+        dropped.len()
     }
 
     fn compile_uncached(
@@ -349,47 +409,73 @@ impl PolicyEngine {
         let binary = wat::parse_bytes(wasm)
             .map_err(|e| EvalError::new(Category::Link, format!("not a Wasm component: {e}")))?;
         crate::structure::check(&binary).map_err(|e| EvalError::new(Category::Link, e))?;
-        let component = match &self.disk {
-            None => compile_apart(&self.compile_config, &self.engine, &binary).map_err(link)?,
-            Some(cache) => self.compile_cached(cache, &digest, &binary)?,
+        // What is compiled is the component instrumented for pre-initialisation: the same code
+        // with accessors of its memories and globals added as exports no hook reaches. Its
+        // instances serve calls until a pre-initialised copy is ready and are what the copy is
+        // snapshotted from, so one compilation serves both (a language runtime takes seconds).
+        // A component wizer cannot instrument is compiled as it is, and never pre-initialised.
+        let instrumented = preinit::instrument(&binary).ok().map(|i| i.binary);
+        let compiled = instrumented.as_deref().unwrap_or(&binary);
+        let code = self.load_code(&digest, compiled)?;
+        let source = match (&instrumented, &self.disk) {
+            (None, _) => ModuleSource::None,
+            (Some(_), Some(cache)) => match cache.store_module(&digest, &binary) {
+                Ok(path) => ModuleSource::File(path),
+                Err(_) => ModuleSource::Held(binary.into_owned().into()),
+            },
+            (Some(_), None) => ModuleSource::Held(binary.into_owned().into()),
         };
-        self.link(component, digest, wasm.len(), binary.into_owned().into())
+        self.link(code, digest, wasm.len(), source)
     }
 
-    /// Loads the compiled code of `digest` from `cache`, or compiles and stores it.
-    fn compile_cached(
-        &self,
-        cache: &CompiledCache,
-        digest: &str,
-        binary: &[u8],
-    ) -> Result<Component, EvalError> {
-        let path = cache.path(digest, &self.engine);
-        if let Some(code) = cache.load(&path) {
-            #[allow(unsafe_code)]
-            // SAFETY: `code` is wasmtime's own output for this digest: this engine wrote it
-            // into a directory only the operator's user may write (`private_dir` checked owner
-            // and mode when the cache was opened), and the SHA-256 written with it matched, so
-            // it is whole and unaltered; wasmtime checks its version and settings in turn.
-            let loaded = unsafe { Component::deserialize(&self.engine, &code) };
-            match loaded {
-                Ok(component) => return Ok(component),
+    /// The compiled code of `binary`, filed in the cache under `key`: mapped from the cache's
+    /// file when a sound one is there, else compiled (with an engine of its own, see
+    /// [`precompile_apart`]), written and mapped; held in memory where no file can be written.
+    fn load_code(&self, key: &str, binary: &[u8]) -> Result<(Component, CodeBacking), EvalError> {
+        let Some(cache) = &self.disk else {
+            let code = precompile_apart(&self.compile_config, binary).map_err(link)?;
+            let bytes = code.len();
+            let component = deserialize_fresh(&self.engine, &code).map_err(link)?;
+            return Ok((component, CodeBacking::Held { bytes }));
+        };
+        let path = cache.path(key, &self.engine);
+        if cache.verify(&path) {
+            match map_file(&self.engine, &path) {
+                Ok(mapped) => return Ok(mapped),
                 Err(e) => cache.reject(&path, &e.to_string()),
             }
         }
-        let code = Engine::new(&self.compile_config)
-            .and_then(|engine| engine.precompile_component(binary))
-            .map_err(link)?;
-        cache.store(&path, &code);
-        deserialize_fresh(&self.engine, &code).map_err(link)
+        let code = precompile_apart(&self.compile_config, binary).map_err(link)?;
+        if cache.store(&path, &code).is_ok() {
+            match map_file(&self.engine, &path) {
+                Ok(mapped) => return Ok(mapped),
+                Err(e) => cache.reject(&path, &e.to_string()),
+            }
+        }
+        let bytes = code.len();
+        let component = deserialize_fresh(&self.engine, &code).map_err(link)?;
+        Ok((component, CodeBacking::Held { bytes }))
+    }
+
+    /// The compiled code filed under `key`, mapped, when a sound file is there.
+    fn cached_code(&self, key: &str) -> Option<(Component, CodeBacking)> {
+        let cache = self.disk.as_ref()?;
+        let path = cache.path(key, &self.engine);
+        if !cache.verify(&path) {
+            return None;
+        }
+        map_file(&self.engine, &path)
+            .inspect_err(|e| cache.reject(&path, &e.to_string()))
+            .ok()
     }
 
     /// Links a compiled component and finds its hooks.
     fn link(
         &self,
-        component: Component,
+        (component, code): (Component, CodeBacking),
         digest: String,
         size: usize,
-        binary: Arc<[u8]>,
+        source: ModuleSource,
     ) -> Result<Arc<CompiledPolicy>, EvalError> {
         let ty = component.component_type();
         let imports = ty
@@ -406,7 +492,8 @@ impl PolicyEngine {
             size,
             imports,
             exports,
-            binary,
+            code,
+            source,
             prepared: ArcSwap::default(),
             tried: Mutex::default(),
             decorate: Export::find(decorate::GuestIndices::new(&pre), || {
@@ -654,23 +741,76 @@ impl LimitedEngine<'_> {
         self.engine.check_input("settings", settings)?;
         let full = || policy.prepared.load().len() >= MAX_PREPARED;
         if policy.settings.is_none()
-            || policy.binary.is_empty()
+            || matches!(policy.source, ModuleSource::None)
             || policy.is_prepared_for(settings)
             || full()
         {
             return Ok(false);
         }
         let engine = self.engine;
-        let instrumented = preinit::instrument(&policy.binary).map_err(link)?;
-        let component = compile_apart(&engine.compile_config, &engine.engine, &instrumented.binary)
-            .map_err(link)?;
-        let pre = engine.linker.instantiate_pre(&component).map_err(link)?;
-        let indices = Export::find(settings::GuestIndices::new(&pre), || {
-            v0_1::settings::GuestIndices::new(&pre)
-        })
-        .ok_or_else(|| EvalError::new(Category::Link, "the instrumented copy lost its settings"))?;
-        let image = engine.evaluate(&self.limits, &pre, name, |store, instance| {
-            if let Err(refused) = call_validate_settings(&indices, store, instance, settings)? {
+        let key = prepared_key(&policy.digest, settings);
+        // A copy made before, by this operator or before its restart, is mapped as it is.
+        let code = match engine.cached_code(&key) {
+            Some(code) => code,
+            None => {
+                let image = self.snapshot(policy, name, settings)?;
+                engine.load_code(&key, &image)?
+            }
+        };
+        let copy = engine.link(code, policy.digest.clone(), policy.size, ModuleSource::None)?;
+        let mut added = false;
+        policy.prepared.rcu(|list| {
+            added = !list.iter().any(|p| &*p.settings == settings) && list.len() < MAX_PREPARED;
+            let mut list = Vec::clone(list);
+            if added {
+                list.push(Prepared {
+                    settings: settings.into(),
+                    policy: Arc::clone(&copy),
+                });
+            }
+            list
+        });
+        Ok(added)
+    }
+
+    /// The component that starts where `validate-settings` of `settings` leaves an instance of
+    /// `policy`: the module is read again and instrumented (which gives the same component the
+    /// plain one was compiled from, and wizer's map of it), the validation runs in an instance
+    /// of the plain component, and its memories and globals become the copy's data.
+    fn snapshot(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+    ) -> Result<Vec<u8>, EvalError> {
+        let engine = self.engine;
+        let binary = match &policy.source {
+            ModuleSource::None => {
+                return Err(EvalError::new(
+                    Category::Link,
+                    "no module to pre-initialise",
+                ));
+            }
+            ModuleSource::Held(bytes) => Arc::clone(bytes),
+            ModuleSource::File(path) => engine
+                .disk
+                .as_ref()
+                .and_then(|cache| cache.read_module(path))
+                .map(Arc::from)
+                .ok_or_else(|| {
+                    EvalError::new(
+                        Category::Link,
+                        format!("the module kept in {} is gone or damaged", path.display()),
+                    )
+                })?,
+        };
+        let instrumented = preinit::instrument(&binary).map_err(link)?;
+        let indices = policy
+            .settings
+            .as_ref()
+            .ok_or_else(|| EvalError::new(Category::Link, "the policy has no validate-settings"))?;
+        let image = engine.evaluate(&self.limits, &policy.pre, name, |store, instance| {
+            if let Err(refused) = call_validate_settings(indices, store, instance, settings)? {
                 return Ok(Err(refused));
             }
             let memory = store.data().limiter.granted();
@@ -705,22 +845,7 @@ impl LimitedEngine<'_> {
         // The copy's code is the checked module's, re-encoded; checked again all the same, as
         // everything that reaches the compiler is.
         crate::structure::check(&image).map_err(|e| EvalError::new(Category::Link, e))?;
-        let component =
-            compile_apart(&engine.compile_config, &engine.engine, &image).map_err(link)?;
-        let copy = engine.link(component, policy.digest.clone(), policy.size, Arc::from([]))?;
-        let mut added = false;
-        policy.prepared.rcu(|list| {
-            added = !list.iter().any(|p| &*p.settings == settings) && list.len() < MAX_PREPARED;
-            let mut list = Vec::clone(list);
-            if added {
-                list.push(Prepared {
-                    settings: settings.into(),
-                    policy: Arc::clone(&copy),
-                });
-            }
-            list
-        });
-        Ok(added)
+        Ok(image)
     }
 
     /// Runs `call` with `hook`'s export (found by `export`) in a fresh instance of the copy of
@@ -977,8 +1102,8 @@ pub fn guest_error(e: bindings::PolicyError) -> EvalError {
     }
 }
 
-/// Compiles `binary` with an engine of its own, dropped when done, and loads the machine code
-/// into the running `engine`.
+/// Compiles `binary` with an engine of its own, dropped when done, into code for the running
+/// engine.
 ///
 /// Cranelift keeps the context of each thread that compiled (its register allocator's arenas)
 /// in the engine that compiled, for as long as that engine lives. Compiled by the running
@@ -986,10 +1111,23 @@ pub fn guest_error(e: bindings::PolicyError) -> EvalError {
 /// 1,000 jobs held by those contexts for good (heaptrack, see the README's scale section), and
 /// every policy swapped in later could add more. A compile-only engine frees them with itself.
 /// Its settings are the running engine's but for the allocation strategy, which does not enter
-/// the code; `deserialize` checks that the two engines' compilation settings agree.
-fn compile_apart(config: &Config, engine: &Engine, binary: &[u8]) -> wasmtime::Result<Component> {
-    let code = Engine::new(config)?.precompile_component(binary)?;
-    deserialize_fresh(engine, &code)
+/// the code; loading the code checks that the two engines' compilation settings agree.
+fn precompile_apart(config: &Config, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    Engine::new(config)?.precompile_component(binary)
+}
+
+/// Maps the compiled code in the cache file at `path`.
+fn map_file(engine: &Engine, path: &std::path::Path) -> wasmtime::Result<(Component, CodeBacking)> {
+    let bytes = std::fs::metadata(path)?.len() as usize;
+    #[allow(unsafe_code)]
+    // SAFETY: the file is wasmtime's own output: this engine's settings wrote it into a
+    // directory only the operator's user may write (`private_dir` checked owner and mode when
+    // the cache was opened, or `tempfile` made it 0700), its SHA-256 was checked against the
+    // checksum written after it just before this call, and files there are only ever replaced
+    // by a rename, never changed in place, so the mapping cannot change under the engine.
+    // wasmtime checks the code's version and settings in turn.
+    let component = unsafe { Component::deserialize_file(engine, path)? };
+    Ok((component, CodeBacking::Mapped { bytes }))
 }
 
 /// Loads code `precompile_component` has just returned.
@@ -1002,6 +1140,16 @@ fn deserialize_fresh(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component
     unsafe {
         Component::deserialize(engine, code)
     }
+}
+
+/// The cache key of the copy of module `digest` pre-initialised for `settings`.
+fn prepared_key(digest: &str, settings: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"prepared\0");
+    h.update(digest.as_bytes());
+    h.update([0]);
+    h.update(settings.as_bytes());
+    format!("prepared-{}", hex::encode(h.finalize()))
 }
 
 /// `""`, `null` and `{}` all mean "no settings".
@@ -1035,7 +1183,12 @@ fn engine_config(limits: &SandboxLimits, pooling: bool) -> Config {
             .max_memory_size(limits.memory)
             // A released table is reset with memset instead of madvise, so the next
             // evaluation takes no page faults on it.
-            .table_keep_resident(64 << 10);
+            .table_keep_resident(64 << 10)
+            // A slot left warm keeps the pages a call touched of its module's memory image
+            // mapped: a Python policy's image is 11 MiB, so 100 warm slots (the default) could
+            // hold a gigabyte of images of policies called once. As many as can run at once
+            // keeps the ones in use warm.
+            .max_unused_warm_slots(n);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             // Linux 6.7+: a released memory's dirty pages are found with PAGEMAP_SCAN and
             // restored to their initial contents in place, instead of being dropped with

@@ -9,6 +9,7 @@ use serde_json::json;
 use tfjob_policy_engine::bindings::JobContext;
 use tfjob_policy_engine::compiled_cache::{CacheStats, CompiledCache};
 use tfjob_policy_engine::defaults;
+use tfjob_policy_engine::engine::CodeBacking;
 use tfjob_policy_engine::{PolicyEngine, SandboxLimits};
 
 fn engine_on(dir: &std::path::Path) -> PolicyEngine {
@@ -63,7 +64,8 @@ fn a_restart_loads_compiled_code_and_a_damaged_file_is_compiled_again() {
         CacheStats {
             hits: 0,
             misses: 1,
-            rejected: 0
+            rejected: 0,
+            unwritten: 0,
         }
     );
     drop(cold);
@@ -79,7 +81,8 @@ fn a_restart_loads_compiled_code_and_a_damaged_file_is_compiled_again() {
         CacheStats {
             hits: 1,
             misses: 0,
-            rejected: 0
+            rejected: 0,
+            unwritten: 0,
         }
     );
     drop(warm);
@@ -88,6 +91,7 @@ fn a_restart_loads_compiled_code_and_a_damaged_file_is_compiled_again() {
     let files: Vec<_> = fs::read_dir(dir.path().join("compiled"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let mut bytes = fs::read(&files[0]).unwrap();
@@ -102,7 +106,8 @@ fn a_restart_loads_compiled_code_and_a_damaged_file_is_compiled_again() {
         CacheStats {
             hits: 0,
             misses: 1,
-            rejected: 1
+            rejected: 1,
+            unwritten: 0,
         }
     );
     drop(after);
@@ -113,4 +118,82 @@ fn a_restart_loads_compiled_code_and_a_damaged_file_is_compiled_again() {
         1,
         "the file written after the damage is sound"
     );
+}
+
+fn files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir.join("compiled"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn compiled_code_is_mapped_and_a_restart_maps_the_pre_initialised_copy_without_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let d = defaults::find("default-decorate").unwrap();
+    let settings = defaults::default_settings(d).to_string();
+
+    let cold = engine_on(dir.path());
+    let policy = cold.compile(d.wasm).unwrap();
+    assert!(
+        matches!(policy.code(), CodeBacking::Mapped { bytes } if *bytes > 0),
+        "{:?}",
+        policy.code()
+    );
+    assert_eq!(cold.prepare(&policy, d.name, &settings), Ok(true));
+    let expected = decorate(&cold);
+    assert_eq!((stats(&cold).hits, stats(&cold).misses), (0, 2));
+    let kept = files(dir.path());
+    assert_eq!(
+        kept.iter().filter(|f| f.ends_with(".cwasm")).count(),
+        2,
+        "the plain component and the copy: {kept:?}"
+    );
+    drop((policy, cold));
+
+    let warm = engine_on(dir.path());
+    let policy = warm.compile(d.wasm).unwrap();
+    assert_eq!(warm.prepare(&policy, d.name, &settings), Ok(true));
+    assert!(policy.is_prepared_for(&settings));
+    assert_eq!(
+        stats(&warm),
+        CacheStats {
+            hits: 2,
+            misses: 0,
+            rejected: 0,
+            unwritten: 0,
+        },
+        "neither compiled nor pre-initialised again"
+    );
+    assert_eq!(decorate(&warm), expected);
+
+    // Once nothing uses the module, its files leave the directory.
+    drop(policy);
+    assert_eq!(warm.evict_unused(), 1);
+    assert_eq!(files(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn where_no_file_can_be_written_the_code_is_held_in_memory_and_still_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let engine = engine_on(dir.path());
+    // A directory that refuses every write, whoever the operator runs as.
+    fs::remove_dir_all(dir.path().join("compiled")).unwrap();
+    let d = defaults::find("default-decorate").unwrap();
+    let settings = defaults::default_settings(d).to_string();
+    let policy = engine.compile(d.wasm).unwrap();
+    assert!(
+        matches!(policy.code(), CodeBacking::Held { bytes } if *bytes > 0),
+        "{:?}",
+        policy.code()
+    );
+    assert_eq!(engine.prepare(&policy, d.name, &settings), Ok(true));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let expected = decorate(&engine_on(elsewhere.path()));
+    assert_eq!(decorate(&engine), expected, "decides as mapped code does");
+    assert!(stats(&engine).unwritten >= 2, "{:?}", stats(&engine));
 }
