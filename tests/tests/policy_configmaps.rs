@@ -1084,6 +1084,7 @@ fn a_policy_that_keeps_trapping_trips_and_its_configmap_says_so() {
                 max_open: Duration::from_secs(3600),
             },
             cache_dir: None,
+            loaded_budget: Arc::clone(&d.loaded_budget),
         });
     };
     with_cluster_configured(false, "tripping", tight_breakers, |env, ns| async move {

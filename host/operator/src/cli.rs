@@ -41,6 +41,10 @@ pub enum Command {
     /// Configuration files for `run --config`.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Compile a policy component read on stdin for the engine of `run` and `up` (the child
+    /// they compile in).
+    #[command(hide = true)]
+    CompilePolicy(crate::compile_policy::CompilePolicyArgs),
 }
 
 /// `tfjob-operator config ...`.

@@ -2,6 +2,7 @@
 //! subcommand modules; errors are reported here, at the binary's edge.
 
 mod cli;
+mod compile_policy;
 mod config_file;
 mod demo;
 #[cfg(test)]
@@ -48,6 +49,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         cli::Command::Render(args) => render::main(&args),
+        cli::Command::CompilePolicy(args) => match compile_policy::main(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tfjob-operator compile-policy: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         cli::Command::Policy(cmd) => policy_cmd::main(cmd),
         cli::Command::Up(args) => match up::main(args) {
             Ok(()) => ExitCode::SUCCESS,

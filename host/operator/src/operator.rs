@@ -237,6 +237,7 @@ async fn serve(
                 leading: leadership.receiver(),
                 breakers,
                 puller: puller(&client, &config, policies),
+                loaded_budget: Arc::clone(&policies.loaded_budget),
             },
             SyncMetrics::register(&mut metrics),
         );

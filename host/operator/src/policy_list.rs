@@ -1,5 +1,6 @@
 //! `tfjob-operator policy list`: the policy ConfigMaps of a cluster, with the status the
-//! operator gave them (state, digest, breaker, error), as a table.
+//! operator gave them (state, digest, the memory the serving version holds, breaker, error), as a
+//! table.
 
 use std::path::PathBuf;
 
@@ -60,6 +61,7 @@ pub fn main(args: &ListArgs) -> anyhow::Result<String> {
             "GRANTED",
             "STATE",
             "DIGEST",
+            "MEMORY",
             "LOADED-AT",
             "ERROR",
         ]
@@ -90,7 +92,7 @@ async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMa
 /// One line of `policy list`. The manifest gives name, hooks and mode (`-` where it does not
 /// parse); the status annotation gives the rest, `Unknown` when the operator has not written
 /// one yet.
-fn row(cm: &ConfigMap) -> [String; 11] {
+fn row(cm: &ConfigMap) -> [String; 12] {
     let dash = || "-".to_owned();
     let cm_name = cm.metadata.name.clone().unwrap_or_default();
     let manifest = cm
@@ -114,12 +116,21 @@ fn row(cm: &ConfigMap) -> [String; 11] {
         }
         None => (dash(), dash(), dash()),
     };
-    let (scope, granted, state, digest, loaded_at, error) = match PolicyStatus::of(cm) {
-        None => (dash(), dash(), "Unknown".to_owned(), dash(), dash(), dash()),
+    let (scope, granted, state, digest, memory, loaded_at, error) = match PolicyStatus::of(cm) {
+        None => (
+            dash(),
+            dash(),
+            "Unknown".to_owned(),
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+        ),
         Some(Err(e)) => (
             dash(),
             dash(),
             "Unknown".to_owned(),
+            dash(),
             dash(),
             dash(),
             format!(
@@ -143,6 +154,7 @@ fn row(cm: &ConfigMap) -> [String; 11] {
                 .digest
                 .map(|d| d.chars().take(12).collect())
                 .unwrap_or_else(dash),
+            status.memory_bytes.map_or_else(dash, mebibytes),
             status.loaded_at.unwrap_or_else(dash),
             match (status.error, status.breaker) {
                 (Some(e), _) => e.split_whitespace().collect::<Vec<_>>().join(" "),
@@ -164,14 +176,20 @@ fn row(cm: &ConfigMap) -> [String; 11] {
         granted,
         state,
         digest,
+        memory,
         loaded_at,
         error,
     ]
 }
 
+/// Bytes in MiB with one decimal, as `12.3Mi`.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1}Mi", bytes as f64 / f64::from(1 << 20))
+}
+
 /// Left-aligned columns three spaces apart, as kubectl prints them; the last column unpadded.
-fn table(rows: &[[String; 11]]) -> String {
-    let mut widths = [0usize; 11];
+fn table(rows: &[[String; 12]]) -> String {
+    let mut widths = [0usize; 12];
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -217,7 +235,7 @@ mod tests {
         };
         annotate(&mut cm, &status);
         let closed = row(&cm);
-        assert_eq!((closed[7].as_str(), closed[10].as_str()), ("Active", "-"));
+        assert_eq!((closed[7].as_str(), closed[11].as_str()), ("Active", "-"));
 
         status.breaker = Some(BreakerStatus {
             state: "Tripped".into(),
@@ -230,14 +248,21 @@ mod tests {
         let tripped = row(&cm);
         assert_eq!(tripped[7], "Active (tripped)");
         assert_eq!(
-            tripped[10],
+            tripped[11],
             "tripped after 5 consecutive timeout failures; a trial call from \
              1970-01-01T00:00:10Z"
+        );
+        status.memory_bytes = Some(25 << 19);
+        annotate(&mut cm, &status);
+        assert_eq!(
+            row(&cm)[9],
+            "12.5Mi",
+            "what the serving version was charged"
         );
         // An error (a rejected update) is still what the last column says.
         status.state = PolicyState::Rejected;
         status.error = Some("bad settings".into());
         annotate(&mut cm, &status);
-        assert_eq!(row(&cm)[10], "bad settings");
+        assert_eq!(row(&cm)[11], "bad settings");
     }
 }

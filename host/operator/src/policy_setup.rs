@@ -13,6 +13,8 @@ use tfjob_policy_engine::breaker::{self, BreakerConfig, Breakers};
 use tfjob_policy_engine::capabilities::{self, Capabilities};
 use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::config::{TenantLimits, default_ceiling};
+use tfjob_policy_engine::engine::Compiler;
+use tfjob_policy_engine::loaded_budget::{LoadedBudget, LoadedLimits};
 use tfjob_policy_engine::local::{PolicyConfig, load_policy_config, load_policy_dir};
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{
@@ -41,6 +43,63 @@ pub struct PolicyArgs {
     /// holds at most 1 MiB anyway) [default: 64].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub policy_max_module_mib: Option<u64>,
+    #[command(flatten)]
+    pub loaded: LoadedMemoryArgs,
+}
+
+/// What loaded ConfigMap policies may hold (see `tfjob_policy_engine::loaded_budget`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct LoadedMemoryArgs {
+    /// Memory (MiB) all loaded policy ConfigMaps may hold together: compiled code as far as it
+    /// is resident, pre-initialised copies, modules kept in memory. A version that would pass
+    /// it is `Rejected` naming it; the serving version stays [default: 160, for the 512 MiB
+    /// limit of deploy/].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub policy_loaded_memory_mib: Option<u64>,
+    /// The most the loaded policies of one policy namespace may hold (MiB) [default: 64].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub policy_loaded_memory_per_namespace_mib: Option<u64>,
+    /// Memory (MiB) for loaded policies that only cluster-wide policies may use [default: 48].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
+    pub policy_loaded_memory_cluster_reserve_mib: Option<u64>,
+}
+
+impl LoadedMemoryArgs {
+    /// The limits these flags set; one that cannot hold with the others is an error naming it.
+    pub fn limits(&self) -> anyhow::Result<LoadedLimits> {
+        let defaults = LoadedLimits::default();
+        let total = self
+            .policy_loaded_memory_mib
+            .map_or(defaults.total, |m| m << 20);
+        let reserve = self
+            .policy_loaded_memory_cluster_reserve_mib
+            .map_or(defaults.cluster_reserve, |m| m << 20);
+        let per_namespace = self
+            .policy_loaded_memory_per_namespace_mib
+            .map_or(defaults.per_namespace, |m| m << 20);
+        if reserve >= total {
+            return Err(anyhow!(
+                "--policy-loaded-memory-cluster-reserve-mib: {} MiB leaves nothing of the {} MiB \
+                 of --policy-loaded-memory-mib to namespaced policies",
+                reserve >> 20,
+                total >> 20
+            ));
+        }
+        if per_namespace > total - reserve {
+            return Err(anyhow!(
+                "--policy-loaded-memory-per-namespace-mib: {} MiB is more than the {} MiB left to \
+                 namespaced policies (--policy-loaded-memory-mib less \
+                 --policy-loaded-memory-cluster-reserve-mib)",
+                per_namespace >> 20,
+                (total - reserve) >> 20
+            ));
+        }
+        Ok(LoadedLimits {
+            total,
+            per_namespace,
+            cluster_reserve: reserve,
+        })
+    }
 }
 
 /// The default of `--policy-max-module-mib`: well above a Python policy (about 18 MB).
@@ -291,19 +350,32 @@ pub struct Policies {
     /// `--policy-cache-dir`: compiled code is kept there (through the engine) and pulled
     /// modules too (through [`PolicyRegistry`]).
     pub cache_dir: Option<PathBuf>,
+    /// What loaded ConfigMap policies may hold (`--policy-loaded-memory-*`).
+    pub loaded_budget: Arc<LoadedBudget>,
 }
 
 impl Policies {
     /// Loads the defaults and the configured policies. Any failure is reported with the file
     /// and field; nothing is half-loaded.
     pub fn load(args: &PolicyArgs, limits: SandboxLimits) -> anyhow::Result<Policies> {
+        Policies::load_compiling(args, limits, Compiler::InProcess)
+    }
+
+    /// [`Policies::load`], compiling where `compiler` says: the operator's binary compiles in a
+    /// child of its own (`compile-policy`), so the compiler's memory never stays with it.
+    pub fn load_compiling(
+        args: &PolicyArgs,
+        limits: SandboxLimits,
+        compiler: Compiler,
+    ) -> anyhow::Result<Policies> {
         let limits = SandboxLimits {
             ceiling: args.ceiling.ceiling()?,
             max_module: (args.policy_max_module_mib.unwrap_or(DEFAULT_MAX_MODULE_MIB) << 20)
                 as usize,
             ..limits
         };
-        let mut engine = PolicyEngine::new(limits)?;
+        let loaded_budget = LoadedBudget::new(args.loaded.limits()?);
+        let mut engine = PolicyEngine::new(limits)?.with_compiler(compiler);
         if let Some(dir) = &args.policy_cache_dir {
             engine = engine.with_compiled_cache(CompiledCache::open(dir)?);
         }
@@ -330,6 +402,16 @@ impl Policies {
             builtin,
             breakers: args.breakers.config(),
             cache_dir: args.policy_cache_dir.clone(),
+            loaded_budget,
+        })
+    }
+
+    /// The child process the operator's binary compiles policies in: itself, as `compile-policy`.
+    pub fn compiler_child() -> anyhow::Result<Compiler> {
+        let program = std::env::current_exe().context("finding the operator's own binary")?;
+        Ok(Compiler::Process {
+            program,
+            args: vec!["compile-policy".into()],
         })
     }
 

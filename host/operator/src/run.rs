@@ -41,7 +41,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..defaults
     };
     let trusted_keys = args.sources.trusted_keys()?;
-    let policies = Policies::load(&args.policies, limits).context("loading policies")?;
+    let policies = Policies::load_compiling(&args.policies, limits, Policies::compiler_child()?)
+        .context("loading policies")?;
     let rate = ApiRate {
         qps: NonZeroU32::new(args.kube_api_qps).context("--kube-api-qps must be at least 1")?,
         burst: NonZeroU32::new(args.kube_api_burst)

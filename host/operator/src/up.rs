@@ -145,7 +145,8 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         ..defaults
     };
     let trusted_keys = Arc::new(args.sources.trusted_keys()?);
-    let policies = Policies::load(&args.policies, limits).context("loading policies")?;
+    let policies = Policies::load_compiling(&args.policies, limits, Policies::compiler_child()?)
+        .context("loading policies")?;
     let registry = Some(args.sources.registry(&policies)?);
     let faults = match &args.faults {
         Some(path) => {

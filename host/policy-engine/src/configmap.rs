@@ -638,6 +638,11 @@ pub struct PolicyStatus {
     /// pinned to its manifest digest (a tag resolved to the digest it named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// What the serving version was charged of the memory for loaded policies when it loaded
+    /// (its compiled code as far as it was resident, its pre-initialised copy, what is kept of
+    /// its module), in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
 }
 
 /// A tripped circuit breaker in a [`PolicyStatus`] (see [`crate::breaker`]).
@@ -690,6 +695,7 @@ impl PolicyStatus {
             signed_by: None,
             breaker: None,
             module: None,
+            memory_bytes: None,
         }
     }
 
@@ -706,6 +712,7 @@ impl PolicyStatus {
             signed_by: None,
             breaker: None,
             module: None,
+            memory_bytes: None,
         }
     }
 
@@ -724,6 +731,7 @@ impl PolicyStatus {
             signed_by: None,
             breaker: None,
             module: None,
+            memory_bytes: None,
         }
     }
 

@@ -24,7 +24,9 @@ use crate::clock::WaitPastDeadline;
 use crate::compiled_cache::CompiledCache;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
+use crate::loaded_budget::Part;
 use crate::preinit;
+use crate::resident;
 use crate::sandbox::{MemoryBudget, Sandbox};
 use crate::tenants::{Share, Tenants};
 
@@ -170,6 +172,37 @@ impl CompiledPolicy {
         &self.code
     }
 
+    /// What this module costs loaded for `settings`, measured now: its component (the resident
+    /// pages of its compiled image where it is mapped, the whole image where it is held, and a
+    /// module kept in memory) and the copy pre-initialised for `settings`, if there is one.
+    pub fn parts_for(&self, settings: &str) -> Vec<Part> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok();
+        let cost = |c: &CompiledPolicy| -> u64 {
+            let image = c.pre.component().image_range();
+            let range = image.start as usize..image.end as usize;
+            let code = match (&c.code, &smaps) {
+                (CodeBacking::Mapped { .. }, Some(smaps)) => resident::resident_in(smaps, range),
+                (backing, _) => backing.bytes() as u64,
+            };
+            let module = match &c.source {
+                ModuleSource::Held(bytes) => bytes.len() as u64,
+                ModuleSource::None | ModuleSource::File(_) => 0,
+            };
+            code.saturating_add(module)
+        };
+        let mut parts = vec![Part {
+            id: self.digest.clone(),
+            bytes: cost(self),
+        }];
+        if let Some(copy) = self.prepared_for(settings) {
+            parts.push(Part {
+                id: prepared_key(&self.digest, settings),
+                bytes: cost(&copy),
+            });
+        }
+        parts
+    }
+
     /// Whether it exports `validate-settings`.
     pub fn validates_settings(&self) -> bool {
         self.settings.is_some()
@@ -232,6 +265,12 @@ pub struct PolicyEngine {
     compiled: Mutex<HashMap<String, CompileSlot>>,
     /// Compiled code on disk, kept across restarts.
     disk: Option<CompiledCache>,
+    /// Where compilations run.
+    compiler: Compiler,
+    /// What a compilation must agree on with this engine (see [`compile_standalone`]).
+    compile_settings: CompileSettings,
+    /// Held while a [`Compiler::Process`] child runs.
+    compiling: Mutex<()>,
     /// Held by a background preparation while it runs: one at a time, so that many policies
     /// activated together cost one core and one snapshot's memory, not one per policy.
     preparing: Mutex<()>,
@@ -253,6 +292,10 @@ impl PolicyEngine {
                     .map_err(|e| EngineSetupError(e.to_string()))?;
                 (engine, false)
             }
+        };
+        let compile_settings = CompileSettings {
+            memory: limits.memory,
+            pooling,
         };
         let mut compile_config = engine_config(&limits, pooling);
         compile_config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
@@ -296,6 +339,9 @@ impl PolicyEngine {
             disk: CompiledCache::temporary()
                 .inspect_err(|e| tracing::warn!(error = %e, "compiled policies are held in memory"))
                 .ok(),
+            compiler: Compiler::InProcess,
+            compile_settings,
+            compiling: Mutex::default(),
             preparing: Mutex::default(),
             stop,
             ticker: Some(ticker),
@@ -309,6 +355,12 @@ impl PolicyEngine {
     /// This engine, keeping compiled code in `cache` and loading it from there.
     pub fn with_compiled_cache(mut self, cache: CompiledCache) -> PolicyEngine {
         self.disk = Some(cache);
+        self
+    }
+
+    /// This engine, compiling with `compiler`.
+    pub fn with_compiler(mut self, compiler: Compiler) -> PolicyEngine {
+        self.compiler = compiler;
         self
     }
 
@@ -433,7 +485,7 @@ impl PolicyEngine {
     /// [`precompile_apart`]), written and mapped; held in memory where no file can be written.
     fn load_code(&self, key: &str, binary: &[u8]) -> Result<(Component, CodeBacking), EvalError> {
         let Some(cache) = &self.disk else {
-            let code = precompile_apart(&self.compile_config, binary).map_err(link)?;
+            let code = self.precompile(binary).map_err(link)?;
             let bytes = code.len();
             let component = deserialize_fresh(&self.engine, &code).map_err(link)?;
             return Ok((component, CodeBacking::Held { bytes }));
@@ -445,7 +497,7 @@ impl PolicyEngine {
                 Err(e) => cache.reject(&path, &e.to_string()),
             }
         }
-        let code = precompile_apart(&self.compile_config, binary).map_err(link)?;
+        let code = self.precompile(binary).map_err(link)?;
         if cache.store(&path, &code).is_ok() {
             match map_file(&self.engine, &path) {
                 Ok(mapped) => return Ok(mapped),
@@ -455,6 +507,22 @@ impl PolicyEngine {
         let bytes = code.len();
         let component = deserialize_fresh(&self.engine, &code).map_err(link)?;
         Ok((component, CodeBacking::Held { bytes }))
+    }
+
+    /// Compiles `binary` into code for this engine, where the engine's [`Compiler`] says.
+    fn precompile(&self, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        match &self.compiler {
+            Compiler::InProcess => precompile_apart(&self.compile_config, binary),
+            Compiler::Process { program, args } => {
+                // One child at a time, on all cores but one: loads of many policies at once
+                // (a team applying a batch) leave a core to the operator's reconciles.
+                let _one = self
+                    .compiling
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                compile_in_child(program, args, &self.compile_settings, binary)
+            }
+        }
     }
 
     /// The compiled code filed under `key`, mapped, when a sound file is there.
@@ -600,6 +668,22 @@ impl PolicyEngine {
         if let Err(error) = spawned {
             tracing::warn!(policy = %name, %error, "cannot start pre-initialisation");
         }
+    }
+
+    /// Pre-initialises `policy` for `settings` now, on this thread, within `limits`, unless a
+    /// copy is ready or was tried for these settings: what loading a version does, so that it
+    /// serves, and is measured, as it will run. Returns whether a copy serves.
+    pub fn prepare_now(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+        limits: CallLimits,
+    ) -> Result<bool, EvalError> {
+        if policy.claim_preparation(settings) {
+            self.limited(limits).prepare(policy, name, settings)?;
+        }
+        Ok(policy.is_prepared_for(settings))
     }
 
     /// Runs `call` against a fresh instance of `policy` in a fresh store bounded by `limits`:
@@ -1116,6 +1200,121 @@ fn precompile_apart(config: &Config, binary: &[u8]) -> wasmtime::Result<Vec<u8>>
     Engine::new(config)?.precompile_component(binary)
 }
 
+/// Where compilations run.
+#[derive(Clone, Debug, Default)]
+pub enum Compiler {
+    /// On the calling thread, with an engine of its own (tests and tools).
+    #[default]
+    InProcess,
+    /// In a child process: `program` with `args`, then `--memory BYTES` and `--pooling` or
+    /// `--on-demand`, reading the component on standard input and writing the compiled code on
+    /// standard output (see [`compile_standalone`]; the operator's binary does this as
+    /// `compile-policy`).
+    ///
+    /// Compiling a language runtime takes Cranelift hundreds of MiB for a few seconds. In the
+    /// operator's process, the allocator kept most of it after the compilation ended (measured:
+    /// 300 MiB of anonymous memory after one Python policy, see `docs/performance.md`); in a
+    /// child, all of it goes back when the child exits, and a module crafted to exhaust the
+    /// compiler's memory takes the child down, not the operator.
+    Process {
+        program: std::path::PathBuf,
+        args: Vec<std::ffi::OsString>,
+    },
+}
+
+/// The compilation settings a compiled component must share with the engine that runs it:
+/// what [`Compiler::Process`] passes to the child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileSettings {
+    /// The per-call memory cap, which sizes the reservation the code assumes.
+    pub memory: usize,
+    /// Whether the running engine uses the pooling allocator.
+    pub pooling: bool,
+}
+
+/// Compiles `binary` as an engine started with `settings` would: the child side of
+/// [`Compiler::Process`]. The running engine refuses code compiled with other settings.
+pub fn compile_standalone(settings: CompileSettings, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    let limits = SandboxLimits {
+        memory: settings.memory,
+        ..SandboxLimits::default()
+    };
+    let mut config = engine_config(&limits, settings.pooling);
+    config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+    precompile_apart(&config, binary)
+}
+
+/// The threads a compiling child may use: all cores but one, at least one.
+fn compile_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
+/// The most of a failed child's standard error kept in the error.
+const MAX_CHILD_ERROR: usize = 4096;
+
+/// Runs a [`Compiler::Process`] child on `binary` and returns what it wrote.
+fn compile_in_child(
+    program: &std::path::Path,
+    args: &[std::ffi::OsString],
+    settings: &CompileSettings,
+    binary: &[u8],
+) -> wasmtime::Result<Vec<u8>> {
+    use std::io::{Read as _, Write as _};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .args(args)
+        .arg("--memory")
+        .arg(settings.memory.to_string())
+        .arg(if settings.pooling {
+            "--pooling"
+        } else {
+            "--on-demand"
+        })
+        // Cranelift compiles functions in parallel on rayon's pool: all cores but one.
+        .env("RAYON_NUM_THREADS", compile_threads().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| wasmtime::format_err!("starting the compiler {}: {e}", program.display()))?;
+    // The child reads all of its input before it writes anything, so writing first and
+    // reading after cannot block both sides; its standard error is read on the side.
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let errors = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = (&mut stderr)
+            .take(MAX_CHILD_ERROR as u64)
+            .read_to_end(&mut text);
+        // Whatever is past the cut is drained, so the child never blocks on a full pipe.
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let written = stdin.write_all(binary);
+    drop(stdin);
+    let mut code = Vec::new();
+    let read = child
+        .stdout
+        .take()
+        .expect("piped stdout")
+        .read_to_end(&mut code);
+    let status = child.wait()?;
+    let errors = errors.join().unwrap_or_default();
+    if !status.success() {
+        let why = match status.code() {
+            Some(code) => format!("exited with status {code}"),
+            None => "was killed (out of memory?)".to_owned(),
+        };
+        return Err(wasmtime::format_err!(
+            "the compiler process {why}: {}",
+            text::elided(errors.trim(), MAX_CHILD_ERROR)
+        ));
+    }
+    written.map_err(|e| wasmtime::format_err!("writing to the compiler process: {e}"))?;
+    read.map_err(|e| wasmtime::format_err!("reading from the compiler process: {e}"))?;
+    Ok(code)
+}
+
 /// Maps the compiled code in the cache file at `path`.
 fn map_file(engine: &Engine, path: &std::path::Path) -> wasmtime::Result<(Component, CodeBacking)> {
     let bytes = std::fs::metadata(path)?.len() as usize;
@@ -1133,10 +1332,11 @@ fn map_file(engine: &Engine, path: &std::path::Path) -> wasmtime::Result<(Compon
 /// Loads code `precompile_component` has just returned.
 fn deserialize_fresh(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> {
     #[allow(unsafe_code)]
-    // SAFETY: `code` is what `precompile_component` returned a moment ago, in this process,
-    // from an engine with the running engine's compilation settings; these bytes were never
-    // read back from anywhere (a cache file is a copy), so they are the trusted wasmtime output
-    // `Component::deserialize` requires.
+    // SAFETY: `code` is what `precompile_component` returned a moment ago, from an engine with
+    // the running engine's compilation settings, in this process or in a child running the
+    // operator's own binary ([`Compiler::Process`]) over a pipe only the two share; these
+    // bytes were never read back from anywhere else (a cache file is a copy), so they are the
+    // trusted wasmtime output `Component::deserialize` requires.
     unsafe {
         Component::deserialize(engine, code)
     }

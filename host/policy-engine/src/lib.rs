@@ -27,9 +27,11 @@ pub mod error;
 pub mod field_diff;
 pub mod guard;
 pub mod hook_call;
+pub mod loaded_budget;
 pub mod local;
 pub mod metrics;
 mod preinit;
+pub mod resident;
 mod sandbox;
 pub mod signature;
 

@@ -17,6 +17,7 @@ use crate::config::{CallLimits, LimitError};
 use crate::engine::{CompiledPolicy, Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::guard::AllowedPaths;
+use crate::loaded_budget::Reservation;
 
 /// What happens to a pod when a policy fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -297,6 +298,9 @@ pub struct ActivePolicy {
     /// [`ActivePolicy::fingerprint`], hashed once: every call asks for it (its breaker, the
     /// verdict cache).
     fingerprint: String,
+    /// What it holds of the budget of loaded policies while it serves (none: not charged, as
+    /// the built-in policies are not); given back when the last copy of it is dropped.
+    reservation: Option<Arc<Reservation>>,
 }
 
 impl ActivePolicy {
@@ -320,7 +324,19 @@ impl ActivePolicy {
             limits,
             compiled,
             fingerprint: hex::encode(h.finalize()),
+            reservation: None,
         }
+    }
+
+    /// This version, holding `reservation` of the budget of loaded policies while it serves.
+    pub fn holding(mut self, reservation: Reservation) -> ActivePolicy {
+        self.reservation = Some(Arc::new(reservation));
+        self
+    }
+
+    /// The bytes it was charged when it loaded, if it is charged.
+    pub fn charged_bytes(&self) -> Option<u64> {
+        self.reservation.as_ref().map(|r| r.charged)
     }
 
     /// `name@short-digest`, as recorded on pods and in messages.

@@ -1,6 +1,7 @@
 //! Limits on a module's shape, checked before it is compiled.
 //!
-//! Compiling runs Cranelift in the operator's process and cannot be interrupted, and its cost
+//! Compiling runs Cranelift (in the operator's process, or a child of it) and cannot be
+//! interrupted, and its cost
 //! grows faster than linearly with the size of a single function and its number of locals
 //! (register allocation). A policy module is refused, naming the limit, before compilation when
 //! one function's body or locals, the number of functions, or the module's block cost (below)

@@ -158,6 +158,19 @@ fn compiled_code_is_mapped_and_a_restart_maps_the_pre_initialised_copy_without_c
     let policy = warm.compile(d.wasm).unwrap();
     assert_eq!(warm.prepare(&policy, d.name, &settings), Ok(true));
     assert!(policy.is_prepared_for(&settings));
+    // What it holds loaded: the component and the copy, each measured as resident pages of a
+    // mapping (none of the copy is touched before a call).
+    let parts = policy.parts_for(&settings);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0].id, policy.digest);
+    assert!(parts[1].id.starts_with("prepared-"), "{parts:?}");
+    let CodeBacking::Mapped { bytes: image } = policy.code() else {
+        panic!("mapped")
+    };
+    assert!(
+        parts.iter().all(|p| p.bytes <= *image as u64 * 2),
+        "{parts:?} against an image of {image}"
+    );
     assert_eq!(
         stats(&warm),
         CacheStats {
@@ -192,6 +205,12 @@ fn where_no_file_can_be_written_the_code_is_held_in_memory_and_still_serves() {
         policy.code()
     );
     assert_eq!(engine.prepare(&policy, d.name, &settings), Ok(true));
+    // Held code counts in full.
+    let parts = policy.parts_for(&settings);
+    assert_eq!(
+        parts[0].bytes,
+        policy.code().bytes() as u64 + d.wasm.len() as u64
+    );
     let elsewhere = tempfile::tempdir().unwrap();
     let expected = decorate(&engine_on(elsewhere.path()));
     assert_eq!(decorate(&engine), expected, "decides as mapped code does");

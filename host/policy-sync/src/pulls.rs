@@ -51,7 +51,8 @@ pub struct Wanted {
     pub pull_secret: Option<String>,
 }
 
-/// Where a reference stands.
+/// Where a reference stands. A module that is in the on-disk cache is not held in memory: a
+/// `Ready` state's `module` is then empty and [`Puller::module`] reads it back.
 #[derive(Clone, Debug)]
 pub enum PullState {
     /// Not pulled yet: what is awaited.
@@ -144,14 +145,14 @@ impl Puller {
             Ok(pulled) if pulled.provisional => {
                 entry.failures = entry.failures.saturating_add(1);
                 entry.due = Some(Instant::now() + backoff(&self.settings, entry.failures));
-                entry.state = PullState::Ready(pulled.pulled);
+                entry.state = PullState::Ready(pulled.kept());
             }
             Ok(pulled) => {
                 entry.failures = 0;
                 // A digest names the same bytes forever; a tag may move.
                 entry.due =
                     (!pulled.pinned_by_digest).then(|| Instant::now() + self.settings.refresh);
-                entry.state = PullState::Ready(pulled.pulled);
+                entry.state = PullState::Ready(pulled.kept());
             }
             Err(error) => {
                 entry.failures = entry.failures.saturating_add(1);
@@ -210,6 +211,7 @@ impl Puller {
                 pulled,
                 pinned_by_digest,
                 provisional: false,
+                on_disk: true,
             });
         }
         let creds = self.credentials(wanted).await?;
@@ -231,6 +233,7 @@ impl Puller {
                                 pulled,
                                 pinned_by_digest,
                                 provisional: true,
+                                on_disk: true,
                             });
                         }
                         return Err(e.into());
@@ -246,6 +249,8 @@ impl Puller {
                         pulled: Arc::clone(current),
                         pinned_by_digest,
                         provisional: false,
+                        // Already as it is kept.
+                        on_disk: false,
                     });
                 }
                 tracing::info!(reference = %r, %digest, "policy module tag resolved");
@@ -257,21 +262,55 @@ impl Puller {
                 pulled,
                 pinned_by_digest,
                 provisional: false,
+                on_disk: true,
             });
         }
         let pulled =
             tfjob_policy_oci::pull(&self.settings.client, &pinned, &creds, &self.settings.keys)
                 .await?;
-        if let Some(cache) = &self.settings.cache
-            && let Err(e) = cache.put(&pulled)
-        {
-            tracing::warn!(error = %e, "the pulled policy module could not be cached");
-        }
+        let on_disk = match &self.settings.cache {
+            Some(cache) => cache
+                .put(&pulled)
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "the pulled policy module could not be cached"),
+                )
+                .is_ok(),
+            None => false,
+        };
         Ok(Outcome {
             pulled: Arc::new(pulled),
             pinned_by_digest,
             provisional: false,
+            on_disk,
         })
+    }
+
+    /// The bytes of the module `pulled` names: its own, or, when they are kept on disk only,
+    /// read back from the cache and verified again. A module gone from the cache is pulled
+    /// anew (the references naming it are due at once) and the error says so.
+    pub fn module(&self, pulled: &Pulled) -> Result<Vec<u8>, String> {
+        if !pulled.module.is_empty() {
+            return Ok(pulled.module.clone());
+        }
+        let max = self.settings.client.limits().max_module_bytes;
+        if let Some(found) = self.cached(&pulled.pinned, max)
+            && found.digest == pulled.digest
+        {
+            return Ok(found.module.clone());
+        }
+        let mut entries = self.entries.lock().expect("pull entries");
+        for entry in entries.values_mut() {
+            if matches!(&entry.state, PullState::Ready(p) if p.digest == pulled.digest) {
+                entry.state = PullState::Pending(format!("pulling {} again", pulled.pinned));
+                entry.due = Some(Instant::now());
+            }
+        }
+        drop(entries);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        Err(format!(
+            "the module of {} is no longer in the cache; it is pulled again",
+            pulled.pinned
+        ))
     }
 
     /// The cached module `tagged`'s tag named when last resolved.
@@ -337,6 +376,23 @@ struct Outcome {
     pinned_by_digest: bool,
     /// Served from the cache while the tag could not be resolved: retried like a failure.
     provisional: bool,
+    /// The module is in the on-disk cache, so its bytes need not be kept in memory.
+    on_disk: bool,
+}
+
+impl Outcome {
+    /// What the puller keeps of the pull: all of it, or, when the module is on disk, all but
+    /// its bytes (a Python policy's are 18 MB), which [`Puller::module`] reads back.
+    fn kept(self) -> Arc<Pulled> {
+        if !self.on_disk || self.pulled.module.is_empty() {
+            return self.pulled;
+        }
+        let pulled = Arc::unwrap_or_clone(self.pulled);
+        Arc::new(Pulled {
+            module: Vec::new(),
+            ..pulled
+        })
+    }
 }
 
 /// Why an attempt failed.

@@ -272,6 +272,7 @@ impl Sources {
                         signed_by: None,
                         breaker: None,
                         module: None,
+                        memory_bytes: None,
                     }
                 }
             };

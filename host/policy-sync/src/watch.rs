@@ -28,6 +28,7 @@ use tfjob_policy_engine::breaker::{BreakerKey, Breakers, TrippedPolicy};
 use tfjob_policy_engine::configmap::{
     self, BreakerStatus, POLICY_LABEL, PolicyState, STATUS_ANNOTATION,
 };
+use tfjob_policy_engine::loaded_budget::LoadedBudget;
 use tfjob_policy_engine::signature::{KeyId, TrustedKeys};
 use tfjob_policy_engine::{ActivePolicy, PolicyEngine, PolicyManifest, PolicySet, Registry};
 use tokio::sync::watch;
@@ -65,12 +66,18 @@ pub struct SyncConfig {
     /// Pulls the modules ConfigMaps name by reference (`data` key `module`); without one such
     /// ConfigMaps are refused.
     pub puller: Option<Arc<Puller>>,
+    /// What loaded ConfigMap policies may hold, per policy namespace: a version that would pass
+    /// its namespace's share is `Rejected` naming it, and the serving one stays.
+    pub loaded_budget: Arc<LoadedBudget>,
 }
 
 /// The default of [`SyncConfig::max_per_namespace`].
 pub const MAX_PER_NAMESPACE: usize = 64;
-/// The default of [`SyncConfig::load_bound`]: compiling a 4 MiB module takes a few seconds.
-pub const LOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+/// The default of [`SyncConfig::load_bound`]. A load compiles twice (the module, then the copy
+/// pre-initialised for its settings): a Python or JavaScript policy (12-18 MB, a language
+/// runtime inside) takes about 20 s on two idle cores, and several times that while the
+/// operator is busy reconciling.
+pub const LOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Load steps that fail before (or at) the signature check.
 const UNVERIFIED_STEPS: [&str; 5] = ["size", "missing", "ambiguous", "decompress", "signature"];
@@ -424,6 +431,10 @@ impl PolicySync {
         if dropped > 0 {
             tracing::debug!(dropped, "compiled policies no longer used were dropped");
         }
+        // Versions no source serves any more gave their reservations back with them (those
+        // still running a call, once it ends).
+        let budget = &self.config.loaded_budget;
+        self.metrics.budget(&budget.usage(), budget.limits());
         self.statuses = composition.statuses;
         for (key, status) in &mut self.statuses {
             status.scope =
@@ -432,6 +443,7 @@ impl PolicySync {
             if status.digest.is_some() {
                 status.signed_by = self.signers.get(key).map(KeyId::to_string);
                 status.module = self.modules.get(key).cloned();
+                status.memory_bytes = self.serving.get(key).and_then(|p| p.charged_bytes());
             }
         }
     }
@@ -474,6 +486,9 @@ impl PolicySync {
             .collect();
         let cluster_wide = self.config.cluster_namespaces.clone();
         let load_bound = self.config.load_bound;
+        let budget = Arc::clone(&self.config.loaded_budget);
+        let holder = key.to_string();
+        let puller = self.config.puller.clone();
         let slots = Arc::clone(&self.load_slots);
         let confine = Arc::new(move |manifest: &mut PolicyManifest| {
             scope.confine(manifest, builtin.iter().map(String::as_str), &cluster_wide)
@@ -505,17 +520,25 @@ impl PolicySync {
                     // The slot is held until the thread is done, also when the wait for it was
                     // abandoned: an abandoned compile still uses its core.
                     let _slot = slot;
-                    watch.attach(|| match read(&cm, &keys, pulled.as_deref()) {
-                        Err(e) => Err((e.step(), e.to_string())),
-                        Ok(mut source) => match confine(&mut source.manifest) {
-                            Err(e) => Err(("scope", e)),
-                            Ok(()) => {
-                                let signed = source.signed.key().cloned();
-                                configmap::activate_source(&engine, source)
-                                    .map(|policy| (policy, signed))
-                                    .map_err(|e| (e.step(), e.to_string()))
-                            }
-                        },
+                    let activated = watch.attach(|| {
+                        match read(&cm, &keys, pulled.as_deref(), puller.as_deref()) {
+                            Err(e) => Err((e.step(), e.to_string())),
+                            Ok(mut source) => match confine(&mut source.manifest) {
+                                Err(e) => Err(("scope", e)),
+                                Ok(()) => {
+                                    let signed = source.signed.key().cloned();
+                                    configmap::activate_source(&engine, source)
+                                        .map(|policy| (policy, signed))
+                                        .map_err(|e| (e.step(), e.to_string()))
+                                }
+                            },
+                        }
+                    });
+                    // Outside the call watch: pre-initialisation is bounded by its own
+                    // deadlines (the policy's for the validation it runs again, a longer one for
+                    // reading the validated instance back, which runs no guest code).
+                    activated.and_then(|(policy, signed)| {
+                        admit(&engine, &budget, &holder, policy).map(|p| (p, signed))
                     })
                 })
             };
@@ -698,25 +721,53 @@ impl PolicySync {
     }
 }
 
-/// Reads a ConfigMap up to its compilation: with the module pulled from the reference it names,
-/// or from its own bytes.
+/// Reads a ConfigMap up to its compilation: with the module pulled from the reference it names
+/// (read back from the cache where the puller keeps it on disk only), or from its own bytes.
 fn read(
     cm: &ConfigMap,
     keys: &TrustedKeys,
     pulled: Option<&tfjob_policy_oci::Pulled>,
+    puller: Option<&Puller>,
 ) -> Result<configmap::PolicySource, configmap::LoadError> {
-    match (configmap::module_reference(cm)?, pulled) {
-        (None, _) => configmap::read_verified(cm, keys),
-        (Some(_), Some(pulled)) => {
+    match (configmap::module_reference(cm)?, pulled, puller) {
+        (None, _, _) => configmap::read_verified(cm, keys),
+        (Some(_), Some(pulled), Some(puller)) => {
             let signed = match &pulled.signed_by {
                 Some(key) => configmap::Signed::By(key.clone()),
                 None => configmap::Signed::No,
             };
-            configmap::read_referenced(cm, pulled.module.clone(), signed)
+            let module = puller
+                .module(pulled)
+                .map_err(configmap::LoadError::Reference)?;
+            configmap::read_referenced(cm, module, signed)
         }
-        (Some(_), None) => Err(configmap::LoadError::Reference(
+        (Some(_), _, _) => Err(configmap::LoadError::Reference(
             "this operator pulls no modules from registries".into(),
         )),
+    }
+}
+
+/// Readies a version that activated as it will serve (pre-initialised for its settings; a
+/// version that cannot be serves from its plain component), measures what it holds, and admits
+/// it within the budget of loaded policies as the replacement of what `holder` serves now.
+fn admit(
+    engine: &PolicyEngine,
+    budget: &Arc<LoadedBudget>,
+    holder: &str,
+    policy: ActivePolicy,
+) -> Result<ActivePolicy, (&'static str, String)> {
+    if let Err(error) = engine.prepare_now(
+        &policy.compiled,
+        policy.name(),
+        &policy.settings,
+        policy.limits.clone(),
+    ) {
+        tracing::info!(policy = %policy.label(), %error, "not pre-initialised; its calls run from the plain component");
+    }
+    let parts = policy.compiled.parts_for(&policy.settings);
+    match budget.admit(holder, policy.manifest.tenant.as_deref(), parts) {
+        Ok(reservation) => Ok(policy.holding(reservation)),
+        Err(refused) => Err(("budget", refused.to_string())),
     }
 }
 
