@@ -681,6 +681,12 @@ impl PolicyEngine {
         limits: CallLimits,
     ) -> Result<bool, EvalError> {
         if policy.claim_preparation(settings) {
+            // One at a time, as in the background: a batch of policies loading together costs
+            // one snapshot's memory (over 100 MiB for a Python policy), not one per load.
+            let _one = self
+                .preparing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             self.limited(limits).prepare(policy, name, settings)?;
         }
         Ok(policy.is_prepared_for(settings))
