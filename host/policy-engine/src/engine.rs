@@ -1,7 +1,9 @@
-//! The wasmtime plumbing: one shared `Engine`, components compiled once per content digest and
-//! kept as `InstancePre` (with copies pre-initialised for a settings document, see
-//! `preinit.rs`), and a fresh `Store` per evaluation with an epoch deadline and a memory
-//! cap. Every failure becomes an [`EvalError`] with a category; nothing here panics on guest
+//! The wasmtime plumbing: one shared `Engine`, components compiled once per content digest
+//! (in this process or in a child, see [`Compiler`]), mapped from the files of the
+//! compiled-code cache and kept as `InstancePre` (with copies pre-initialised for a settings
+//! document, see `preinit.rs`, filed in the cache too), and a fresh `Store` per evaluation with
+//! an epoch deadline and a memory cap. [`CompiledPolicy::parts_for`] says what a loaded policy
+//! holds. Every failure becomes an [`EvalError`] with a category; nothing here panics on guest
 //! behaviour or blocks past the deadline.
 
 use std::collections::HashMap;
