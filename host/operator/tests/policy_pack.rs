@@ -767,6 +767,7 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "GRANTED",
             "STATE",
             "DIGEST",
+            "MEMORY",
             "LOADED-AT",
             "ERROR"
         ],
@@ -786,6 +787,7 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "Unknown",
             "-",
             "-",
+            "-",
             "unreadable policy.tfjob.dev/status annotation: key must be a string at line 1 column 2"
         ],
         "{table}"
@@ -802,6 +804,7 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "-",
             "Active",
             &sha256(classify.wasm)[..12],
+            "-",
             "2026-01-02T03:04:05Z",
             "-"
         ],
@@ -818,6 +821,7 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "-",
             "-",
             "Rejected",
+            "-",
             "-",
             "2026-01-02T03:04:05Z",
             "binaryData keys policy.wasm and policy.wasm.gz are both set; keep one"
@@ -850,6 +854,7 @@ async fn list_shows_policy_configmaps_with_the_operators_status() {
             "-",
             "-",
             "Unknown",
+            "-",
             "-",
             "-",
             "-"
