@@ -145,6 +145,7 @@ fn engine(cache: &Path) -> Arc<PolicyEngine> {
             .with_compiler(Compiler::Process {
                 program: env!("CARGO_BIN_EXE_tfjob-operator").into(),
                 args: vec!["compile-policy".into()],
+                time_limit: Duration::from_secs(600),
             }),
     )
 }

@@ -406,12 +406,14 @@ impl Policies {
         })
     }
 
-    /// The child process the operator's binary compiles policies in: itself, as `compile-policy`.
+    /// The child process the operator's binary compiles policies in: itself, as `compile-policy`,
+    /// stopped when it runs past the time a whole policy load may take.
     pub fn compiler_child() -> anyhow::Result<Compiler> {
         let program = std::env::current_exe().context("finding the operator's own binary")?;
         Ok(Compiler::Process {
             program,
             args: vec!["compile-policy".into()],
+            time_limit: tfjob_policy_sync::watch::LOAD_BOUND,
         })
     }
 

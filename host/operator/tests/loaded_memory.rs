@@ -3,9 +3,10 @@
 //! process, whose memory is read from `/proc`.
 //!
 //! - A team namespace adds Python policies (componentize-py, CPython inside) until its share of
-//!   the memory for loaded policies is used: the next one is `Rejected` naming the share and the
-//!   ones before keep serving; how fast another team's jobs get their pods meanwhile, and the
-//!   operator's RSS, are measured and printed (not yet met reliably; see the test).
+//!   the memory for loaded policies is used: the next one is `Rejected` naming the share, the
+//!   ones before keep serving and the operator's RSS stays under the limit the shipped
+//!   Deployment gives it throughout; how fast another team's jobs get their pods meanwhile is
+//!   measured and printed (not met reliably; see the test).
 //! - One policy swapped 50 times: the operator's RSS and its cache directory end where a few
 //!   versions left them (old versions are freed, their files removed).
 
@@ -36,6 +37,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The memory limit of `deploy/operator/deployment.yaml`.
+const DEPLOYMENT_LIMIT_MIB: u64 = 512;
 
 struct Env {
     cluster: Cluster,
@@ -353,11 +357,16 @@ fn a_team_adding_python_policies_past_its_share_is_refused_naming_it() {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    // Issue 48 also asks for another team's pods within 1.5x of their quiet time and the
-    // operator under its limit while a team's Python policies load. Both are measured and
-    // printed above, not asserted: on the two-core machine each held in some runs and not in
-    // others (pods: median 120 ms against 110 ms quiet, and 108 ms against 57 ms; peak RSS of
-    // the debug build 384 to 519 MiB against the Deployment's 512), so neither is met yet
+    // Compiling, instrumenting and pre-initialising run in the compiler child, so what a
+    // Python policy costs the operator while it loads is what it holds once loaded.
+    assert!(
+        sampler.max() < DEPLOYMENT_LIMIT_MIB,
+        "the operator's RSS reached {} MiB while team-a's policies loaded",
+        sampler.max()
+    );
+    // Another team's pods within 1.5x of their quiet time is measured and printed above, not
+    // asserted: with the compiler child on one of the two cores, it held in some runs and not
+    // in others (medians 111 against 107 ms quiet, 125 against 77 ms), so it is not met
     // (docs/performance.md, "Loaded policies").
 }
 
@@ -444,6 +453,7 @@ fn engine_compiling_in_child(
         .with_compiler(tfjob_policy_engine::engine::Compiler::Process {
             program: env!("CARGO_BIN_EXE_tfjob-operator").into(),
             args: vec!["compile-policy".into()],
+            time_limit: Duration::from_secs(600),
         })
 }
 
@@ -478,16 +488,28 @@ fn a_policy_compiled_in_a_child_decides_as_one_compiled_in_process_and_garbage_i
             .unwrap();
     let child = engine_compiling_in_child(tfjob_policy_engine::SandboxLimits::default());
     assert_eq!(decorate(&child), decorate(&in_process));
+    // The child pre-initialised too, and a refusal there reaches the operator as a refusal.
+    let policy = child.compile(d.wasm).unwrap();
+    assert!(policy.is_prepared_for(&settings));
+    let err = child.prepare(&policy, d.name, "{not json").unwrap_err();
+    assert_eq!(
+        err.category,
+        tfjob_policy_engine::Category::Settings,
+        "{err}"
+    );
+    assert!(!policy.is_prepared_for("{not json"));
 
     // A child that fails or dies is an error naming what happened, never a panic or a hang.
-    let with = |script: &str| {
+    let within = |script: &str, time_limit: Duration| {
         tfjob_policy_engine::PolicyEngine::new(tfjob_policy_engine::SandboxLimits::default())
             .unwrap()
             .with_compiler(tfjob_policy_engine::engine::Compiler::Process {
                 program: "sh".into(),
                 args: vec!["-c".into(), script.into(), "sh".into()],
+                time_limit,
             })
     };
+    let with = |script: &str| within(script, Duration::from_secs(60));
     let err = with("cat >/dev/null; echo the compiler broke >&2; exit 3")
         .compile(d.wasm)
         .unwrap_err();
@@ -498,6 +520,18 @@ fn a_policy_compiled_in_a_child_decides_as_one_compiled_in_process_and_garbage_i
     );
     let err = with("kill -9 $$").compile(d.wasm).unwrap_err();
     assert!(err.message.contains("was killed"), "{err}");
+    // A child compiling past its time is stopped, whether it reads its input or not, and the
+    // next compilation gets the compiler.
+    for script in ["exec sleep 600", "cat >/dev/null; exec sleep 600"] {
+        let stuck = within(script, Duration::from_secs(1));
+        let err = stuck.compile(d.wasm).unwrap_err();
+        assert!(
+            err.message
+                .contains("did not finish within 1s and was stopped"),
+            "{script}: {err}"
+        );
+        assert!(stuck.compile(d.wasm).is_err(), "the compiler is free again");
+    }
     let err = with("cat >/dev/null; printf 'not compiled code'")
         .compile(d.wasm)
         .unwrap_err();

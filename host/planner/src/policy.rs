@@ -197,8 +197,10 @@ pub struct PolicyNote {
     pub key: String,
 }
 
-/// Low-cardinality failure categories, used in events and metric labels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Low-cardinality failure categories, used in events and metric labels. Serialised as
+/// [`PolicyErrorCategory::as_str`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PolicyErrorCategory {
     Trap,
     Timeout,
@@ -271,5 +273,26 @@ pub trait PodPolicies: Send + Sync {
     /// (see [`crate::call_watch`]). `None` for policies that cannot block.
     fn call_bound(&self) -> Option<std::time::Duration> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PolicyErrorCategory;
+
+    #[test]
+    fn categories_serialise_as_they_are_named() {
+        for category in [
+            PolicyErrorCategory::InvalidOutput,
+            PolicyErrorCategory::GuardViolation,
+            PolicyErrorCategory::Settings,
+        ] {
+            let json = serde_json::to_string(&category).unwrap();
+            assert_eq!(json, format!("\"{}\"", category.as_str()));
+            assert_eq!(
+                serde_json::from_str::<PolicyErrorCategory>(&json).unwrap(),
+                category
+            );
+        }
     }
 }

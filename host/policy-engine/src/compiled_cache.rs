@@ -139,6 +139,14 @@ impl CompiledCache {
         Ok(CompiledCache::at(compiled, None))
     }
 
+    /// The cache whose files are in `dir` itself (what [`CompiledCache::dir`] of another
+    /// cache returns), after checking it with [`private_dir`]: a compiler child's view of the
+    /// operator's cache.
+    pub fn in_dir(dir: &Path) -> Result<CompiledCache, CacheDirError> {
+        private_dir(dir)?;
+        Ok(CompiledCache::at(dir.to_owned(), None))
+    }
+
     /// A cache in a new private directory under the system's temporary directory, removed when
     /// the cache is dropped: compiled code is mapped from files even when no cache directory is
     /// configured.
@@ -179,6 +187,11 @@ impl CompiledCache {
             rejected: self.rejected.load(Ordering::Relaxed),
             unwritten: self.unwritten.load(Ordering::Relaxed),
         }
+    }
+
+    /// The [`crate::function_cache::FunctionCache`] database of this directory.
+    pub fn functions_path(&self) -> PathBuf {
+        self.dir.join(crate::function_cache::FILE_NAME)
     }
 
     /// The file of `key` (hex: a module's digest, or a pre-initialised copy's) as compiled by
@@ -232,9 +245,22 @@ impl CompiledCache {
     /// Keeps the module `bytes` of `digest` (its bytes are read again to pre-initialise it),
     /// with a checksum, and returns where.
     pub fn store_module(&self, digest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-        let path = self.dir.join(format!("{digest}.wasm"));
-        self.write_checked(&path, bytes)?;
+        let path = self.module_path(digest);
+        // Kept already (by this process before a restart, or by the one that compiled it).
+        if check(&path) != Ok(true) {
+            self.write_checked(&path, bytes)?;
+        }
         Ok(path)
+    }
+
+    /// Where the module of `digest` is kept.
+    pub fn module_path(&self, digest: &str) -> PathBuf {
+        self.dir.join(format!("{digest}.wasm"))
+    }
+
+    /// The directory the files are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The module kept at `path`, if it is there and sound.
@@ -246,7 +272,7 @@ impl CompiledCache {
     /// Removes the files filed under `key` (compiled code, a kept module, their checksums):
     /// their policy is no longer loaded. A mapped file stays readable until it is unmapped.
     pub fn forget(&self, key: &str, engine: &Engine) {
-        for path in [self.path(key, engine), self.dir.join(format!("{key}.wasm"))] {
+        for path in [self.path(key, engine), self.module_path(key)] {
             let _ = fs::remove_file(checksum_path(&path));
             let _ = fs::remove_file(&path);
         }

@@ -1,7 +1,8 @@
 //! The wasmtime plumbing: one shared `Engine`, components compiled once per content digest
-//! (in this process or in a child, see [`Compiler`]), mapped from the files of the
-//! compiled-code cache and kept as `InstancePre` (with copies pre-initialised for a settings
-//! document, see `preinit.rs`, filed in the cache too), and a fresh `Store` per evaluation with
+//! (in this process or in a child, see [`Compiler`], from the functions compiled before, see
+//! `function_cache.rs`), mapped from the files of the compiled-code cache and kept as
+//! `InstancePre` (with copies pre-initialised for a settings document, see `preinit.rs`, made
+//! in the child too and filed in the cache), and a fresh `Store` per evaluation with
 //! an epoch deadline and a memory cap. [`CompiledPolicy::parts_for`] says what a loaded policy
 //! holds. Every failure becomes an [`EvalError`] with a category; nothing here panics on guest
 //! behaviour or blocks past the deadline.
@@ -26,6 +27,7 @@ use crate::clock::WaitPastDeadline;
 use crate::compiled_cache::CompiledCache;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
+use crate::function_cache::{self, FunctionCache};
 use crate::loaded_budget::Part;
 use crate::preinit;
 use crate::resident;
@@ -295,6 +297,31 @@ impl PolicyEngine {
                 (engine, false)
             }
         };
+        PolicyEngine::assemble(limits, engine, pooling)
+    }
+
+    /// The engine a compiler child pre-initialises a policy with ([`Compiler::Process`], see
+    /// [`PolicyEngine::prepare_stored`]): the compilation settings of the operator's engine
+    /// (`settings`), instances allocated on demand, a compiler in this process.
+    pub fn for_compiler_child(
+        limits: SandboxLimits,
+        settings: CompileSettings,
+    ) -> Result<PolicyEngine, EngineSetupError> {
+        let limits = SandboxLimits {
+            memory: settings.memory,
+            ..limits
+        };
+        let mut config = engine_config(&limits, settings.pooling);
+        config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+        let engine = Engine::new(&config).map_err(|e| EngineSetupError(e.to_string()))?;
+        PolicyEngine::assemble(limits, engine, settings.pooling)
+    }
+
+    fn assemble(
+        limits: SandboxLimits,
+        engine: Engine,
+        pooling: bool,
+    ) -> Result<PolicyEngine, EngineSetupError> {
         let compile_settings = CompileSettings {
             memory: limits.memory,
             pooling,
@@ -468,16 +495,16 @@ impl PolicyEngine {
         // instances serve calls until a pre-initialised copy is ready and are what the copy is
         // snapshotted from, so one compilation serves both (a language runtime takes seconds).
         // A component wizer cannot instrument is compiled as it is, and never pre-initialised.
-        let instrumented = preinit::instrument(&binary).ok().map(|i| i.binary);
-        let compiled = instrumented.as_deref().unwrap_or(&binary);
-        let code = self.load_code(&digest, compiled)?;
-        let source = match (&instrumented, &self.disk) {
-            (None, _) => ModuleSource::None,
-            (Some(_), Some(cache)) => match cache.store_module(&digest, &binary) {
+        // Instrumenting happens where compiling does (in the child, with a child compiler).
+        let code = self.load_code(&digest, &binary, Instrument::Yes)?;
+        let instrumented = preinit::is_instrumented(&code.0, &self.engine);
+        let source = match (instrumented, &self.disk) {
+            (false, _) => ModuleSource::None,
+            (true, Some(cache)) => match cache.store_module(&digest, &binary) {
                 Ok(path) => ModuleSource::File(path),
                 Err(_) => ModuleSource::Held(binary.into_owned().into()),
             },
-            (Some(_), None) => ModuleSource::Held(binary.into_owned().into()),
+            (true, None) => ModuleSource::Held(binary.into_owned().into()),
         };
         self.link(code, digest, wasm.len(), source)
     }
@@ -485,9 +512,14 @@ impl PolicyEngine {
     /// The compiled code of `binary`, filed in the cache under `key`: mapped from the cache's
     /// file when a sound one is there, else compiled (with an engine of its own, see
     /// [`precompile_apart`]), written and mapped; held in memory where no file can be written.
-    fn load_code(&self, key: &str, binary: &[u8]) -> Result<(Component, CodeBacking), EvalError> {
+    fn load_code(
+        &self,
+        key: &str,
+        binary: &[u8],
+        instrument: Instrument,
+    ) -> Result<(Component, CodeBacking), EvalError> {
         let Some(cache) = &self.disk else {
-            let code = self.precompile(binary).map_err(link)?;
+            let code = self.precompile(binary, instrument).map_err(link)?;
             let bytes = code.len();
             let component = deserialize_fresh(&self.engine, &code).map_err(link)?;
             return Ok((component, CodeBacking::Held { bytes }));
@@ -499,7 +531,7 @@ impl PolicyEngine {
                 Err(e) => cache.reject(&path, &e.to_string()),
             }
         }
-        let code = self.precompile(binary).map_err(link)?;
+        let code = self.precompile(binary, instrument).map_err(link)?;
         if cache.store(&path, &code).is_ok() {
             match map_file(&self.engine, &path) {
                 Ok(mapped) => return Ok(mapped),
@@ -512,19 +544,133 @@ impl PolicyEngine {
     }
 
     /// Compiles `binary` into code for this engine, where the engine's [`Compiler`] says.
-    fn precompile(&self, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    fn precompile(&self, binary: &[u8], instrument: Instrument) -> wasmtime::Result<Vec<u8>> {
+        let functions = self.disk.as_ref().map(CompiledCache::functions_path);
         match &self.compiler {
-            Compiler::InProcess => precompile_apart(&self.compile_config, binary),
-            Compiler::Process { program, args } => {
+            Compiler::InProcess => precompile_apart(
+                &self.compile_config,
+                functions.as_deref(),
+                &instrument.apply(binary),
+            ),
+            Compiler::Process {
+                program,
+                args,
+                time_limit,
+            } => {
                 // One child at a time, on all cores but one: loads of many policies at once
                 // (a team applying a batch) leave a core to the operator's reconciles.
                 let _one = self
                     .compiling
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                compile_in_child(program, args, &self.compile_settings, binary)
+                let child = ChildCompiler {
+                    program,
+                    args,
+                    time_limit: *time_limit,
+                    settings: &self.compile_settings,
+                    functions: functions.as_deref(),
+                };
+                child.compile(binary, instrument)
             }
         }
+    }
+
+    /// Has a [`Compiler::Process`] child pre-initialise `policy` for `settings` within
+    /// `limits` ([`PolicyEngine::prepare_stored`]) and maps the copy it filed in the cache.
+    /// `None` when this engine compiles in process, or keeps the module nowhere a child can
+    /// read it: the caller pre-initialises in this process.
+    ///
+    /// Running the validation, taking the snapshot and compiling the copy hold a Python
+    /// policy's instance, its snapshot and the compiler's working memory at once (the operator
+    /// peaked at 380-520 MiB loading Python policies in process); in the child, none of it is
+    /// the operator's, and the operator's cores are free for its reconciles but for the child's.
+    fn prepare_apart(
+        &self,
+        policy: &CompiledPolicy,
+        name: &str,
+        settings: &str,
+        limits: &CallLimits,
+    ) -> Result<Option<(Component, CodeBacking)>, EvalError> {
+        let (
+            Compiler::Process {
+                program,
+                args,
+                time_limit,
+            },
+            ModuleSource::File(_),
+            Some(cache),
+        ) = (&self.compiler, &policy.source, &self.disk)
+        else {
+            return Ok(None);
+        };
+        let functions = cache.functions_path();
+        let child = ChildCompiler {
+            program,
+            args,
+            time_limit: *time_limit,
+            settings: &self.compile_settings,
+            functions: Some(&functions),
+        };
+        let request = PrepareRequest {
+            digest: &policy.digest,
+            cache_dir: cache.dir(),
+            name,
+            limits,
+            max_module: self.limits.max_module,
+        };
+        let reply = {
+            let _one = self
+                .compiling
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            child.run(&request.args(), settings.as_bytes())
+        }
+        .map_err(|e| {
+            EvalError::new(
+                Category::Link,
+                format!("pre-initialising in the compiler process: {e:#}"),
+            )
+        })?;
+        PrepareReply::parse(&reply)?;
+        let key = prepared_key(&policy.digest, settings);
+        self.cached_code(&key).map(Some).ok_or_else(|| {
+            EvalError::new(
+                Category::Link,
+                "the compiler process reported a pre-initialised copy that is not in the cache",
+            )
+        })
+    }
+
+    /// Pre-initialises the module kept in this engine's cache under `digest` for `settings`,
+    /// within `limits`, filing the copy in the cache: what a compiler child does for the
+    /// operator (see [`PolicyEngine::prepare_apart`]). The module's plain code is mapped from
+    /// the file the operator's compilation left. Returns whether a copy was made.
+    pub fn prepare_stored(
+        &self,
+        digest: &str,
+        name: &str,
+        settings: &str,
+        limits: CallLimits,
+    ) -> Result<bool, EvalError> {
+        let cache = self
+            .disk
+            .as_ref()
+            .ok_or_else(|| EvalError::new(Category::Link, "no cache directory"))?;
+        let path = cache.module_path(digest);
+        let module = cache.read_module(&path).ok_or_else(|| {
+            EvalError::new(
+                Category::Link,
+                format!("no sound module at {}", path.display()),
+            )
+        })?;
+        let policy = self.compile(&module)?;
+        if policy.digest != digest {
+            return Err(EvalError::new(
+                Category::Link,
+                format!("the module at {} is not {digest}", path.display()),
+            ));
+        }
+        self.limited(limits).prepare(&policy, name, settings)
     }
 
     /// The compiled code filed under `key`, mapped, when a sound file is there.
@@ -844,10 +990,13 @@ impl LimitedEngine<'_> {
         // A copy made before, by this operator or before its restart, is mapped as it is.
         let code = match engine.cached_code(&key) {
             Some(code) => code,
-            None => {
-                let image = self.snapshot(policy, name, settings)?;
-                engine.load_code(&key, &image)?
-            }
+            None => match engine.prepare_apart(policy, name, settings, &self.limits)? {
+                Some(code) => code,
+                None => {
+                    let image = self.snapshot(policy, name, settings)?;
+                    engine.load_code(&key, &image, Instrument::No)?
+                }
+            },
         };
         let copy = engine.link(code, policy.digest.clone(), policy.size, ModuleSource::None)?;
         let mut added = false;
@@ -1204,8 +1353,40 @@ pub fn guest_error(e: bindings::PolicyError) -> EvalError {
 /// every policy swapped in later could add more. A compile-only engine frees them with itself.
 /// Its settings are the running engine's but for the allocation strategy, which does not enter
 /// the code; loading the code checks that the two engines' compilation settings agree.
-fn precompile_apart(config: &Config, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
-    Engine::new(config)?.precompile_component(binary)
+///
+/// With `functions` (a [`FunctionCache`] database), functions compiled before, by any
+/// compilation, are taken from it and the ones compiled now are added: the language runtime
+/// inside every Python or JavaScript policy is compiled once. The store changes how code is
+/// made, not what: the code is the same, and so is the engine's compatibility with it.
+fn precompile_apart(
+    config: &Config,
+    functions: Option<&std::path::Path>,
+    binary: &[u8],
+) -> wasmtime::Result<Vec<u8>> {
+    let store = functions.and_then(|path| {
+        FunctionCache::open(path, function_cache::DEFAULT_MAX_BYTES)
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "compiling without the compiled-function cache"),
+            )
+            .ok()
+            .map(Arc::new)
+    });
+    let Some(store) = store else {
+        return Engine::new(config)?.precompile_component(binary);
+    };
+    let mut config = config.clone();
+    config.enable_incremental_compilation(store.clone())?;
+    let code = Engine::new(&config)?.precompile_component(binary)?;
+    match store.flush() {
+        Ok(stats) => tracing::debug!(
+            reused = stats.hits,
+            compiled = stats.misses,
+            damaged = stats.rejected,
+            "compiled functions reused"
+        ),
+        Err(error) => tracing::warn!(%error, "the compiled-function cache was not updated"),
+    }
+    Ok(code)
 }
 
 /// Where compilations run.
@@ -1214,8 +1395,8 @@ pub enum Compiler {
     /// On the calling thread, with an engine of its own (tests and tools).
     #[default]
     InProcess,
-    /// In a child process: `program` with `args`, then `--memory BYTES` and `--pooling` or
-    /// `--on-demand`, reading the component on standard input and writing the compiled code on
+    /// In a child process: `program` with `args`, then `--memory BYTES`, `--pooling` or
+    /// `--on-demand` and, with a cache directory, `--functions PATH` (its [`FunctionCache`]), reading the component on standard input and writing the compiled code on
     /// standard output (see [`compile_standalone`]; the operator's binary does this as
     /// `compile-policy`).
     ///
@@ -1223,10 +1404,13 @@ pub enum Compiler {
     /// operator's process, the allocator kept most of it after the compilation ended (measured:
     /// 300 MiB of anonymous memory after one Python policy, see `docs/performance.md`); in a
     /// child, all of it goes back when the child exits, and a module crafted to exhaust the
-    /// compiler's memory takes the child down, not the operator.
+    /// compiler's memory takes the child down, not the operator. A child still compiling after
+    /// `time_limit` is killed and the compilation fails: a module crafted to compile for ever
+    /// holds the compiler (one child at a time) no longer than that.
     Process {
         program: std::path::PathBuf,
         args: Vec<std::ffi::OsString>,
+        time_limit: std::time::Duration,
     },
 }
 
@@ -1240,16 +1424,109 @@ pub struct CompileSettings {
     pub pooling: bool,
 }
 
+/// What a compiler child is asked to pre-initialise: the arguments `compile-policy` takes
+/// after the compilation settings (the settings document goes on its standard input).
+struct PrepareRequest<'a> {
+    digest: &'a str,
+    cache_dir: &'a std::path::Path,
+    name: &'a str,
+    limits: &'a CallLimits,
+    max_module: usize,
+}
+
+impl PrepareRequest<'_> {
+    fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["--prepare".into(), self.digest.into()];
+        args.extend(["--cache-dir".into(), self.cache_dir.into()]);
+        args.extend(["--name".into(), self.name.into()]);
+        args.extend([
+            "--call-memory".into(),
+            self.limits.memory.to_string().into(),
+        ]);
+        args.extend([
+            "--deadline-ms".into(),
+            (self.limits.deadline.as_millis() as u64).to_string().into(),
+        ]);
+        args.extend(["--max-module".into(), self.max_module.to_string().into()]);
+        args
+    }
+}
+
+/// What a compiler child reports of a pre-initialisation: one JSON document on its standard
+/// output, so that a refusal (settings, memory, time) reaches the operator with its category.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum PrepareReply {
+    /// A copy is filed in the cache (or was there already).
+    Prepared,
+    /// None was made, and why.
+    Failed { category: Category, message: String },
+}
+
+impl PrepareReply {
+    /// The reply for what [`PolicyEngine::prepare_stored`] returned.
+    pub fn of(result: &Result<bool, EvalError>) -> PrepareReply {
+        match result {
+            Ok(_) => PrepareReply::Prepared,
+            Err(e) => PrepareReply::Failed {
+                category: e.category,
+                message: e.message.clone(),
+            },
+        }
+    }
+
+    fn parse(bytes: &[u8]) -> Result<(), EvalError> {
+        let reply: PrepareReply = serde_json::from_slice(bytes).map_err(|e| {
+            EvalError::new(
+                Category::Link,
+                format!("the compiler process answered with something else than its reply: {e}"),
+            )
+        })?;
+        match reply {
+            PrepareReply::Prepared => Ok(()),
+            PrepareReply::Failed { category, message } => Err(EvalError::new(category, message)),
+        }
+    }
+}
+
+/// Whether a compilation first instruments the component for pre-initialisation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instrument {
+    /// Instrument it, and compile it as it is where wizer cannot.
+    Yes,
+    No,
+}
+
+impl Instrument {
+    /// What is compiled of `binary`.
+    fn apply(self, binary: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            Instrument::Yes => match preinit::instrument(binary) {
+                Ok(instrumented) => instrumented.binary.into(),
+                Err(_) => binary.into(),
+            },
+            Instrument::No => binary.into(),
+        }
+    }
+}
+
 /// Compiles `binary` as an engine started with `settings` would: the child side of
 /// [`Compiler::Process`]. The running engine refuses code compiled with other settings.
-pub fn compile_standalone(settings: CompileSettings, binary: &[u8]) -> wasmtime::Result<Vec<u8>> {
+///
+/// `functions` is the [`FunctionCache`] database to reuse compiled functions from, if any.
+pub fn compile_standalone(
+    settings: CompileSettings,
+    functions: Option<&std::path::Path>,
+    binary: &[u8],
+    instrument: Instrument,
+) -> wasmtime::Result<Vec<u8>> {
     let limits = SandboxLimits {
         memory: settings.memory,
         ..SandboxLimits::default()
     };
     let mut config = engine_config(&limits, settings.pooling);
     config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
-    precompile_apart(&config, binary)
+    precompile_apart(&config, functions, &instrument.apply(binary))
 }
 
 /// The threads a compiling child may use: all cores but one, at least one.
@@ -1260,67 +1537,123 @@ fn compile_threads() -> usize {
 /// The most of a failed child's standard error kept in the error.
 const MAX_CHILD_ERROR: usize = 4096;
 
-/// Runs a [`Compiler::Process`] child on `binary` and returns what it wrote.
-fn compile_in_child(
-    program: &std::path::Path,
-    args: &[std::ffi::OsString],
-    settings: &CompileSettings,
-    binary: &[u8],
-) -> wasmtime::Result<Vec<u8>> {
-    use std::io::{Read as _, Write as _};
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(program)
-        .args(args)
-        .arg("--memory")
-        .arg(settings.memory.to_string())
-        .arg(if settings.pooling {
-            "--pooling"
-        } else {
-            "--on-demand"
-        })
-        // Cranelift compiles functions in parallel on rayon's pool: all cores but one.
-        .env("RAYON_NUM_THREADS", compile_threads().to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| wasmtime::format_err!("starting the compiler {}: {e}", program.display()))?;
-    // The child reads all of its input before it writes anything, so writing first and
-    // reading after cannot block both sides; its standard error is read on the side.
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let errors = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = (&mut stderr)
-            .take(MAX_CHILD_ERROR as u64)
-            .read_to_end(&mut text);
-        // Whatever is past the cut is drained, so the child never blocks on a full pipe.
-        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-        String::from_utf8_lossy(&text).into_owned()
-    });
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let written = stdin.write_all(binary);
-    drop(stdin);
-    let mut code = Vec::new();
-    let read = child
-        .stdout
-        .take()
-        .expect("piped stdout")
-        .read_to_end(&mut code);
-    let status = child.wait()?;
-    let errors = errors.join().unwrap_or_default();
-    if !status.success() {
-        let why = match status.code() {
-            Some(code) => format!("exited with status {code}"),
-            None => "was killed (out of memory?)".to_owned(),
-        };
-        return Err(wasmtime::format_err!(
-            "the compiler process {why}: {}",
-            text::elided(errors.trim(), MAX_CHILD_ERROR)
-        ));
+/// One compilation in a [`Compiler::Process`] child.
+struct ChildCompiler<'a> {
+    program: &'a std::path::Path,
+    args: &'a [std::ffi::OsString],
+    time_limit: std::time::Duration,
+    settings: &'a CompileSettings,
+    functions: Option<&'a std::path::Path>,
+}
+
+impl ChildCompiler<'_> {
+    /// Runs the child on `binary` and returns the compiled code it wrote.
+    fn compile(&self, binary: &[u8], instrument: Instrument) -> wasmtime::Result<Vec<u8>> {
+        match instrument {
+            Instrument::Yes => self.run(&["--instrument".into()], binary),
+            Instrument::No => self.run(&[], binary),
+        }
     }
-    written.map_err(|e| wasmtime::format_err!("writing to the compiler process: {e}"))?;
-    read.map_err(|e| wasmtime::format_err!("reading from the compiler process: {e}"))?;
-    Ok(code)
+
+    /// Runs the child with `extra` arguments after the compilation settings, `input` on its
+    /// standard input, and returns what it wrote on its standard output.
+    fn run(&self, extra: &[std::ffi::OsString], input: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        use std::io::{Read as _, Write as _};
+        use std::process::{Command, Stdio};
+        let mut command = Command::new(self.program);
+        command.args(self.args);
+        if let Some(path) = self.functions {
+            command.arg("--functions").arg(path);
+        }
+        let mut child = command
+            .arg("--memory")
+            .arg(self.settings.memory.to_string())
+            .arg(if self.settings.pooling {
+                "--pooling"
+            } else {
+                "--on-demand"
+            })
+            .args(extra)
+            // Cranelift compiles functions in parallel on rayon's pool: all cores but one.
+            .env("RAYON_NUM_THREADS", compile_threads().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                wasmtime::format_err!("starting the compiler {}: {e}", self.program.display())
+            })?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let errors = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = (&mut stderr)
+                .take(MAX_CHILD_ERROR as u64)
+                .read_to_end(&mut text);
+            // Whatever is past the cut is drained, so the child never blocks on a full pipe.
+            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+            String::from_utf8_lossy(&text).into_owned()
+        });
+        // The watchdog owns the child: killing it at the time limit ends the write and the
+        // read below (a broken pipe, the end of the output) whatever the child was doing.
+        let watchdog = watch_child(child, self.time_limit);
+        // The child reads all of its input before it writes anything, so writing first and
+        // reading after cannot block both sides.
+        let written = stdin.write_all(input);
+        drop(stdin);
+        let mut code = Vec::new();
+        let read = stdout.read_to_end(&mut code);
+        let (status, stopped) = watchdog
+            .join()
+            .map_err(|_| wasmtime::format_err!("the compiler's watchdog panicked"))??;
+        let errors = errors.join().unwrap_or_default();
+        if stopped {
+            return Err(wasmtime::format_err!(
+                "the compiler process did not finish within {:?} and was stopped (a module \
+                 that takes this long to compile is refused)",
+                self.time_limit
+            ));
+        }
+        if !status.success() {
+            let why = match status.code() {
+                Some(code) => format!("exited with status {code}"),
+                None => "was killed (out of memory?)".to_owned(),
+            };
+            return Err(wasmtime::format_err!(
+                "the compiler process {why}: {}",
+                text::elided(errors.trim(), MAX_CHILD_ERROR)
+            ));
+        }
+        written.map_err(|e| wasmtime::format_err!("writing to the compiler process: {e}"))?;
+        read.map_err(|e| wasmtime::format_err!("reading from the compiler process: {e}"))?;
+        Ok(code)
+    }
+}
+
+/// How often the watchdog looks at a compiling child.
+const CHILD_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits for `child` on a thread of its own, killing it once `time_limit` has passed; yields
+/// its exit status and whether it was killed for the time.
+fn watch_child(
+    mut child: std::process::Child,
+    time_limit: std::time::Duration,
+) -> JoinHandle<std::io::Result<(std::process::ExitStatus, bool)>> {
+    let deadline = std::time::Instant::now() + time_limit;
+    std::thread::spawn(move || {
+        let mut stopped = false;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok((status, stopped));
+            }
+            if !stopped && std::time::Instant::now() >= deadline {
+                child.kill()?;
+                stopped = true;
+            }
+            std::thread::sleep(CHILD_POLL);
+        }
+    })
 }
 
 /// Maps the compiled code in the cache file at `path`.

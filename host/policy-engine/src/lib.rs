@@ -25,6 +25,7 @@ pub mod defaults;
 pub mod engine;
 pub mod error;
 pub mod field_diff;
+pub mod function_cache;
 pub mod guard;
 pub mod hook_call;
 pub mod loaded_budget;

@@ -35,6 +35,21 @@ pub(crate) fn instrument(binary: &[u8]) -> wasmtime::Result<Instrumented<'_>> {
     Ok(Instrumented { context, binary })
 }
 
+/// The export wizer's instrumentation adds: the accessors of the memories and globals.
+const ACCESS_EXPORT: &str = "wasmtime:wizer/access";
+
+/// Whether `component` was compiled from an instrumented component (it exports wizer's
+/// accessors). A module that exports the name itself only costs a failed pre-initialisation.
+pub(crate) fn is_instrumented(
+    component: &wasmtime::component::Component,
+    engine: &wasmtime::Engine,
+) -> bool {
+    component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name == ACCESS_EXPORT)
+}
+
 /// The component that starts from `instance`'s state, an instance of `instrumented`.
 pub(crate) fn snapshot(
     instrumented: &Instrumented<'_>,

@@ -466,8 +466,9 @@ impl PolicySync {
     /// Loads one ConfigMap on a blocking thread (decompressing and compiling are CPU work),
     /// confined to the scope of its namespace. The wait is bounded: by the engine's call bound
     /// while `validate-settings` runs, and by [`SyncConfig::load_bound`] for the whole load
-    /// (compiling a crafted module cannot be interrupted, so its thread is left to finish and
-    /// its result is discarded). Also returns the trusted key that verified it, when one did.
+    /// (a compiler child still running then is stopped at the same bound, see
+    /// `Compiler::Process`; an in-process compilation cannot be interrupted, so its thread is
+    /// left to finish and its result is discarded). Also returns the trusted key that verified it, when one did.
     fn load(
         &self,
         key: SourceKey,
