@@ -26,6 +26,7 @@ use tfjob_api::JobConditionType::Succeeded;
 use tfjob_api::TFJob;
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_policy_engine::cluster_reads::{ReadDeclaration, ReadScope};
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus, STATUS_ANNOTATION};
 use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{
@@ -642,7 +643,7 @@ fn rejected_updates_keep_the_previous_version_serving() {
         let resources = |cpu: &str| {
             default_manifest(RESOURCES, json!({"defaults": {"requests": {"cpu": cpu}}}))
         };
-        let decorating = ["keep-corrupt", "keep-hook", "keep-digest"];
+        let decorating = ["keep-corrupt", "keep-hook", "keep-digest", "keep-reads"];
         for (order, name) in (10..).zip(decorating) {
             let cm = pack(labelling(name, order, "good"), module(DECORATE));
             env.create_active(&cm, module(DECORATE)).await;
@@ -698,6 +699,23 @@ fn rejected_updates_keep_the_previous_version_serving() {
                 pack(resources("lots"), module(RESOURCES)),
                 &resources_digest,
                 "manifest field settings".to_owned(),
+            ),
+            (
+                // Declares a read past the operator's default ceiling.
+                pack(
+                    PolicyManifest {
+                        reads: vec![ReadDeclaration {
+                            resource: "configmaps".into(),
+                            scope: Some(ReadScope::JobNamespace),
+                        }],
+                        ..labelling("keep-reads", 13, "bad")
+                    },
+                    module(DECORATE),
+                ),
+                &decorate_digest,
+                "manifest field reads[0].resource: configmaps is not readable by cluster-wide \
+                 policies"
+                    .to_owned(),
             ),
         ];
         for (update, serving, cause) in cases {

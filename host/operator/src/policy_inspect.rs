@@ -73,6 +73,14 @@ fn inspect(
                 Err(e) => json!({"refused": e.to_string()}),
             },
         });
+        // As a cluster-wide policy: `inspect` knows no namespace to confine it to.
+        out["reads"] = json!({
+            "declared": m.reads,
+            "granted": match m.grant_reads(&ceiling.reads()?) {
+                Ok(grants) => json!(grants.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                Err(e) => json!({"refused": e.to_string()}),
+            },
+        });
     }
     Ok(out)
 }

@@ -59,6 +59,7 @@ pub fn main(args: &ListArgs) -> anyhow::Result<String> {
             "MODE",
             "SCOPE",
             "GRANTED",
+            "READS",
             "STATE",
             "DIGEST",
             "MEMORY",
@@ -92,7 +93,7 @@ async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMa
 /// One line of `policy list`. The manifest gives name, hooks and mode (`-` where it does not
 /// parse); the status annotation gives the rest, `Unknown` when the operator has not written
 /// one yet.
-fn row(cm: &ConfigMap) -> [String; 12] {
+fn row(cm: &ConfigMap) -> [String; 13] {
     let dash = || "-".to_owned();
     let cm_name = cm.metadata.name.clone().unwrap_or_default();
     let manifest = cm
@@ -105,16 +106,17 @@ fn row(cm: &ConfigMap) -> [String; 12] {
                 .unwrap_or(&cm_name);
             PolicyManifest::from_yaml(text, default_name).ok()
         });
-    let (name, hooks, mode) = match &manifest {
+    let (name, hooks, mode, reads) = match &manifest {
         Some(m) => {
             let names: Vec<&str> = m.hooks.iter().map(|h| h.as_str()).collect();
             (
                 m.name.clone(),
                 format!("{} ({})", names.len(), names.join(",")),
                 format!("{:?}", m.mode),
+                declared_reads(m),
             )
         }
-        None => (dash(), dash(), dash()),
+        None => (dash(), dash(), dash(), dash()),
     };
     let (scope, granted, state, digest, memory, loaded_at, error) = match PolicyStatus::of(cm) {
         None => (
@@ -174,6 +176,7 @@ fn row(cm: &ConfigMap) -> [String; 12] {
         mode,
         scope,
         granted,
+        reads,
         state,
         digest,
         memory,
@@ -182,14 +185,31 @@ fn row(cm: &ConfigMap) -> [String; 12] {
     ]
 }
 
+/// What the manifest declares it reads, as `namespaces,configmaps(job-namespace)`; `-` for
+/// nothing.
+fn declared_reads(manifest: &PolicyManifest) -> String {
+    if manifest.reads.is_empty() {
+        return "-".to_owned();
+    }
+    manifest
+        .reads
+        .iter()
+        .map(|r| match r.scope {
+            Some(scope) => format!("{}({scope})", r.resource),
+            None => r.resource.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Bytes in MiB with one decimal, as `12.3Mi`.
 fn mebibytes(bytes: u64) -> String {
     format!("{:.1}Mi", bytes as f64 / f64::from(1 << 20))
 }
 
 /// Left-aligned columns three spaces apart, as kubectl prints them; the last column unpadded.
-fn table(rows: &[[String; 12]]) -> String {
-    let mut widths = [0usize; 12];
+fn table(rows: &[[String; 13]]) -> String {
+    let mut widths = [0usize; 13];
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -235,7 +255,7 @@ mod tests {
         };
         annotate(&mut cm, &status);
         let closed = row(&cm);
-        assert_eq!((closed[7].as_str(), closed[11].as_str()), ("Active", "-"));
+        assert_eq!((closed[8].as_str(), closed[12].as_str()), ("Active", "-"));
 
         status.breaker = Some(BreakerStatus {
             state: "Tripped".into(),
@@ -246,16 +266,16 @@ mod tests {
         });
         annotate(&mut cm, &status);
         let tripped = row(&cm);
-        assert_eq!(tripped[7], "Active (tripped)");
+        assert_eq!(tripped[8], "Active (tripped)");
         assert_eq!(
-            tripped[11],
+            tripped[12],
             "tripped after 5 consecutive timeout failures; a trial call from \
              1970-01-01T00:00:10Z"
         );
         status.memory_bytes = Some(25 << 19);
         annotate(&mut cm, &status);
         assert_eq!(
-            row(&cm)[9],
+            row(&cm)[10],
             "12.5Mi",
             "what the serving version was charged"
         );
@@ -263,6 +283,30 @@ mod tests {
         status.state = PolicyState::Rejected;
         status.error = Some("bad settings".into());
         annotate(&mut cm, &status);
-        assert_eq!(row(&cm)[11], "bad settings");
+        assert_eq!(row(&cm)[12], "bad settings");
+    }
+
+    #[test]
+    fn what_a_policy_reads_shows_in_the_list() {
+        use tfjob_policy_engine::cluster_reads::{ReadDeclaration, ReadScope};
+        let mut manifest = PolicyManifest {
+            name: "labels".into(),
+            hooks: vec![Hook::Decorate],
+            ..PolicyManifest::default()
+        };
+        let cm = configmap::pack(manifest.clone(), b"\0asm module", "tfjob-system", false).unwrap();
+        assert_eq!(row(&cm)[7], "-");
+        manifest.reads = vec![
+            ReadDeclaration {
+                resource: "namespaces".into(),
+                scope: None,
+            },
+            ReadDeclaration {
+                resource: "configmaps".into(),
+                scope: Some(ReadScope::JobNamespace),
+            },
+        ];
+        let cm = configmap::pack(manifest, b"\0asm module", "tfjob-system", false).unwrap();
+        assert_eq!(row(&cm)[7], "namespaces,configmaps(job-namespace)");
     }
 }

@@ -11,6 +11,7 @@ use tfjob_planner::PodPolicies;
 use tfjob_planner::native::NativePolicies;
 use tfjob_policy_engine::breaker::{self, BreakerConfig, Breakers};
 use tfjob_policy_engine::capabilities::{self, Capabilities};
+use tfjob_policy_engine::cluster_reads::ReadCeiling;
 use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::config::{TenantLimits, default_ceiling};
 use tfjob_policy_engine::engine::Compiler;
@@ -165,6 +166,19 @@ pub struct CeilingArgs {
     /// driver directory the default decoration mounts).
     #[arg(long = "policy-allow-host-path", value_name = "PREFIX")]
     pub policy_allow_host_paths: Vec<String>,
+    /// A resource cluster-wide policies may read when their manifest declares it
+    /// (repeatable; `none` for nothing): namespaces, nodes, priorityclasses, resourcequotas,
+    /// limitranges, configmaps, localqueues, clusterqueues, resourceflavors, tfjobs.
+    #[arg(
+        long = "policy-allow-read",
+        value_name = "RESOURCE",
+        default_values_t = ["namespaces".to_owned(), "nodes".to_owned()]
+    )]
+    pub policy_allow_read: Vec<String>,
+    /// A resource policies confined to a team's namespace may read, within that namespace,
+    /// when their manifest declares it (repeatable) [default: none].
+    #[arg(long = "policy-allow-read-in-namespaces", value_name = "RESOURCE")]
+    pub policy_allow_read_in_namespaces: Vec<String>,
 }
 
 impl CeilingArgs {
@@ -184,6 +198,15 @@ impl CeilingArgs {
             .validate()
             .map_err(|(_, e)| anyhow!("--policy-allow-host-path: {e}"))?;
         Ok(ceiling)
+    }
+
+    /// The read ceiling from `--policy-allow-read` and `--policy-allow-read-in-namespaces`.
+    pub fn reads(&self) -> anyhow::Result<ReadCeiling> {
+        ReadCeiling::from_names(
+            &self.policy_allow_read,
+            &self.policy_allow_read_in_namespaces,
+        )
+        .map_err(|e| anyhow!(e))
     }
 }
 
@@ -370,6 +393,7 @@ impl Policies {
     ) -> anyhow::Result<Policies> {
         let limits = SandboxLimits {
             ceiling: args.ceiling.ceiling()?,
+            reads: args.ceiling.reads()?,
             max_module: (args.policy_max_module_mib.unwrap_or(DEFAULT_MAX_MODULE_MIB) << 20)
                 as usize,
             ..limits

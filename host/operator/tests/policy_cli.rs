@@ -700,6 +700,57 @@ fn inspect_describes_a_policy_module() {
 }
 
 #[test]
+fn inspect_shows_the_cluster_reads_declared_and_granted_under_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = hostile_file(dir.path());
+    let manifest = write(
+        dir.path(),
+        "policy.yaml",
+        b"hooks: [decorate]\nreads: [{resource: namespaces}, {resource: configmaps, scope: job-namespace}]\n",
+    );
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["policy", "inspect", &hostile, "--manifest", &manifest];
+        args.extend_from_slice(extra);
+        success(&args)
+    };
+    let out = inspect(&[]);
+    assert_eq!(
+        out["reads"]["declared"],
+        json!([{"resource": "namespaces"}, {"resource": "configmaps", "scope": "job-namespace"}])
+    );
+    let refused = out["reads"]["granted"]["refused"].as_str().unwrap();
+    assert_eq!(
+        refused,
+        "manifest field reads[1].resource: configmaps is not readable by cluster-wide policies: \
+         the operator allows namespaces, nodes (--policy-allow-read)"
+    );
+    let out = inspect(&[
+        "--policy-allow-read",
+        "namespaces",
+        "--policy-allow-read",
+        "configmaps",
+    ]);
+    assert_eq!(
+        out["reads"]["granted"],
+        json!(["namespaces", "configmaps(job-namespace)"])
+    );
+    // A flag naming what policies never read stops the command, naming the flag.
+    let err = failure(&[
+        "policy",
+        "inspect",
+        &hostile,
+        "--manifest",
+        &manifest,
+        "--policy-allow-read",
+        "secrets",
+    ]);
+    assert!(
+        err.contains("--policy-allow-read: \"secrets\" is never readable"),
+        "{err}"
+    );
+}
+
+#[test]
 fn inspect_refuses_what_is_not_a_policy_module() {
     let dir = tempfile::tempdir().unwrap();
     let not_wasm = write(dir.path(), "pod.wasm", b"apiVersion: v1\nkind: Pod\n");

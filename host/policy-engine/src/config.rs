@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::capabilities::Capabilities;
+use crate::cluster_reads::ReadCeiling;
 
 /// Per-evaluation limits and engine sizing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub struct SandboxLimits {
     pub tenant: TenantLimits,
     /// The most any policy may be granted (see [`crate::capabilities`]).
     pub ceiling: Capabilities,
+    /// The most any policy may read of the cluster (see [`crate::cluster_reads`]).
+    pub reads: ReadCeiling,
 }
 
 impl Default for SandboxLimits {
@@ -46,6 +49,7 @@ impl Default for SandboxLimits {
             concurrency: 16,
             tenant: TenantLimits::default(),
             ceiling: default_ceiling(),
+            reads: ReadCeiling::default(),
         }
     }
 }

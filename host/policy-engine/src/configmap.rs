@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::capabilities::Capabilities;
+use crate::cluster_reads::ReadCeiling;
 use crate::config::LimitError;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::EvalError;
@@ -206,6 +207,7 @@ pub fn read_manifest(cm: &ConfigMap) -> Option<PolicyManifest> {
     let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
     let manifest = PolicyManifest::from_yaml(text, default_name).ok()?;
     manifest.validate(&Capabilities::everything()).ok()?;
+    manifest.grant_reads(&ReadCeiling::everything()).ok()?;
     Some(manifest)
 }
 
@@ -365,6 +367,9 @@ fn finish(
     // The operator's ceiling is checked at activation; here only the manifest's shape.
     manifest
         .validate(&Capabilities::everything())
+        .map_err(LoadError::Manifest)?;
+    manifest
+        .grant_reads(&ReadCeiling::everything())
         .map_err(LoadError::Manifest)?;
 
     let digest = hex::encode(Sha256::digest(&wasm));

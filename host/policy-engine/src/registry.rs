@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::capabilities::Capabilities;
+use crate::cluster_reads::{ReadCeiling, ReadDeclaration, ReadGrant};
 use crate::config::{CallLimits, LimitError};
 use crate::engine::{CompiledPolicy, Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
@@ -167,6 +168,10 @@ pub struct PolicyManifest {
     /// granted only within the operator's ceiling.
     #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
     pub capabilities: Capabilities,
+    /// The cluster objects it reads (see `cluster_reads.rs`); granted only within the
+    /// operator's read ceiling.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<ReadDeclaration>,
     /// Its own deadline per call, at most the operator's [default: the operator's].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
@@ -245,6 +250,14 @@ impl PolicyManifest {
                 .map_err(|e| field("allowedPaths", e))?
                 .granting(grants),
         )
+    }
+
+    /// The cluster reads it declares, granted within `ceiling`: as a cluster-wide policy, or
+    /// confined to its namespace when it has a tenant. The error names the entry.
+    pub fn grant_reads(&self, ceiling: &ReadCeiling) -> Result<Vec<ReadGrant>, ManifestError> {
+        ceiling
+            .grant(&self.reads, self.tenant.as_deref())
+            .map_err(|(field, message)| ManifestError { field, message })
     }
 }
 
@@ -384,6 +397,7 @@ pub fn activate_checked(
     wasm: &[u8],
 ) -> Result<ActivePolicy, ActivationError> {
     let allowed = manifest.validate(&engine.limits().ceiling)?;
+    manifest.grant_reads(&engine.limits().reads)?;
     let mut limits = engine
         .limits()
         .narrow(manifest.deadline_ms, manifest.memory_mib)?;
@@ -667,5 +681,54 @@ mod tests {
             m.validate(&Capabilities::everything()).unwrap_err().field,
             "selector.matchExpressions[0].values"
         );
+    }
+
+    #[test]
+    fn reads_are_refused_at_activation_naming_the_entry_before_anything_compiles() {
+        let engine = PolicyEngine::new(crate::SandboxLimits::default()).unwrap();
+        let read = |yaml: &str, tenant: Option<&str>| {
+            let mut m = PolicyManifest::from_yaml(yaml, "p").unwrap();
+            m.tenant = tenant.map(str::to_owned);
+            match activate_checked(&engine, m, b"not a module") {
+                Err(ActivationError::Manifest(e)) => e.to_string(),
+                Err(other) => panic!("{yaml}: refused later, at {other}"),
+                Ok(_) => panic!("{yaml}: activated"),
+            }
+        };
+        assert_eq!(
+            read("hooks: [decorate]\nreads: [{resource: secrets}]", None),
+            "manifest field reads[0].resource: \"secrets\" is never readable by policies (it \
+             holds credentials)"
+        );
+        // Within the default ceiling the manifest passes, and the module is what fails.
+        let m = PolicyManifest::from_yaml(
+            "hooks: [decorate]\nreads: [{resource: namespaces}, {resource: nodes}]",
+            "p",
+        )
+        .unwrap();
+        assert!(matches!(
+            activate_checked(&engine, m, b"not a module"),
+            Err(ActivationError::Compile(_))
+        ));
+        assert!(
+            read(
+                "hooks: [decorate]\nreads: [{resource: nodes}]",
+                Some("team-a")
+            )
+            .contains("--policy-allow-read-in-namespaces")
+        );
+        assert!(
+            read(
+                "hooks: [decorate]\nreads: [{resource: configmaps, scope: job-namespace}]",
+                None
+            )
+            .contains("(--policy-allow-read)")
+        );
+        let err = PolicyManifest::from_yaml(
+            "hooks: [decorate]\nreads: [{resource: nodes, scope: everywhere}]",
+            "p",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "reads[0].scope", "{err}");
     }
 }
