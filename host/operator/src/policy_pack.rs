@@ -8,6 +8,7 @@ use anyhow::{Context as _, anyhow};
 use clap::Args;
 use serde_json::json;
 use tfjob_policy_engine::capabilities::{self, Capabilities};
+use tfjob_policy_engine::cluster_reads::{ReadCeiling, ReadDeclaration, ReadScope};
 use tfjob_policy_engine::configmap::{self, LoadError};
 use tfjob_policy_engine::signature::{self, TrustedKeys};
 use tfjob_policy_engine::{
@@ -57,6 +58,12 @@ pub struct PackArgs {
     /// policy, the paths its settings use].
     #[arg(long = "host-path", value_name = "PREFIX")]
     pub host_paths: Vec<String>,
+    /// A cluster resource the policy reads (repeatable): `RESOURCE` for a cluster-scoped one
+    /// (`namespaces`, `nodes`, ...), `RESOURCE:job-namespace` or `RESOURCE:policy-namespace`
+    /// for a namespaced one (`configmaps:job-namespace`). The operator grants it only if its
+    /// read ceiling allows it.
+    #[arg(long = "read", visible_alias = "context", value_name = "RESOURCE[:SCOPE]", value_parser = parse_read)]
+    pub reads: Vec<ReadDeclaration>,
     /// The policy's deadline per call, at most the operator's (50).
     #[arg(long, value_name = "MS")]
     pub deadline_ms: Option<u64>,
@@ -86,6 +93,28 @@ pub struct PackArgs {
 
 fn parse_hook(s: &str) -> Result<Hook, String> {
     s.parse()
+}
+
+/// `RESOURCE` or `RESOURCE:SCOPE`, checked as a manifest's `reads` entry is.
+fn parse_read(s: &str) -> Result<ReadDeclaration, String> {
+    let (resource, scope) = match s.split_once(':') {
+        Some((resource, "job-namespace")) => (resource, Some(ReadScope::JobNamespace)),
+        Some((resource, "policy-namespace")) => (resource, Some(ReadScope::PolicyNamespace)),
+        Some((_, other)) => {
+            return Err(format!(
+                "scope {other:?}: expected job-namespace or policy-namespace"
+            ));
+        }
+        None => (s, None),
+    };
+    let declaration = ReadDeclaration {
+        resource: resource.to_owned(),
+        scope,
+    };
+    ReadCeiling::everything()
+        .grant(std::slice::from_ref(&declaration), None)
+        .map_err(|(_, e)| e)?;
+    Ok(declaration)
 }
 
 /// Builds the ConfigMap, then loads it as the operator would: whatever `load` refuses, `pack`
@@ -139,6 +168,7 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         settings,
         allowed_paths: args.allowed_paths.clone(),
         capabilities: declared,
+        reads: args.reads.clone(),
         deadline_ms: args.deadline_ms,
         memory_mib: args.memory_mib,
         ..PolicyManifest::default()
@@ -169,10 +199,11 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
         configmap::set_signature(&mut cm, &text);
     }
-    // The capabilities are checked against the cluster's ceiling when the operator loads the
-    // ConfigMap; here everything the manifest can declare is allowed.
+    // The capabilities and reads are checked against the cluster's ceilings when the operator
+    // loads the ConfigMap; here everything the manifest can declare is allowed.
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: Capabilities::everything(),
+        reads: ReadCeiling::everything(),
         ..tfjob_operator::policy_setup::operator_limits()
     })?;
     if let Some(reference) = &args.module_ref {

@@ -20,6 +20,7 @@ use kube::api::{Api, PostParams};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tfjob_policy_engine::cluster_reads::ReadCeiling;
 use tfjob_policy_engine::configmap::{self, PolicyStatus, Signed};
 use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
 use tfjob_policy_engine::{FailurePolicy, Hook, PolicyEngine, PolicyMode, SandboxLimits, defaults};
@@ -153,6 +154,10 @@ fn pack_writes_every_flag_into_the_manifest() {
             "/home/kubernetes/bin/nvidia/lib64",
             "--capability",
             "secrets",
+            "--read",
+            "namespaces",
+            "--context",
+            "configmaps:job-namespace",
         ]));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("ml"));
         // Under the default ceiling the declared capability is refused, naming the field; an
@@ -161,9 +166,25 @@ fn pack_writes_every_flag_into_the_manifest() {
         assert!(refused.contains("capabilities.secrets"), "{refused}");
         let permissive = PolicyEngine::new(SandboxLimits {
             ceiling: tfjob_policy_engine::capabilities::Capabilities::everything(),
+            reads: ReadCeiling::everything(),
             ..SandboxLimits::default()
         })
         .unwrap();
+        // With secrets allowed, the read of ConfigMaps is what the default read ceiling refuses.
+        let refused = configmap::load(
+            &PolicyEngine::new(SandboxLimits {
+                ceiling: tfjob_policy_engine::capabilities::Capabilities::everything(),
+                ..SandboxLimits::default()
+            })
+            .unwrap(),
+            &cm,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("reads[1].resource: configmaps"),
+            "{refused}"
+        );
         let active = configmap::load(&permissive, &cm).unwrap();
         let m = &active.manifest;
         assert_eq!(m.name, "caps");
@@ -178,6 +199,13 @@ fn pack_writes_every_flag_into_the_manifest() {
             vec!["/home/kubernetes/bin/nvidia/lib64"]
         );
         assert!(m.capabilities.secrets);
+        let reads: Vec<String> = m
+            .grant_reads(&ReadCeiling::everything())
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(reads, ["namespaces", "configmaps(job-namespace)"]);
         assert_eq!(
             active.allowed.grants().host_paths,
             vec!["/home/kubernetes/bin/nvidia/lib64"]
@@ -304,6 +332,23 @@ fn pack_refuses_what_the_operator_would_reject() {
     ));
     assert!(err.contains("allowedPaths"), "{err}");
     assert!(err.contains("spec.containers[*].image"), "{err}");
+
+    // Reads of what policies never read, of a namespaced kind without a scope, or with a scope
+    // that is none, each naming the value.
+    for (read, expected) in [
+        ("secrets", "\"secrets\" is never readable by policies"),
+        ("configmaps", "configmaps is namespaced"),
+        ("nodes:everywhere", "scope \"everywhere\""),
+    ] {
+        let err = refuse(pack(
+            "default:default-decorate",
+            "d",
+            "decorate",
+            &["--read", read],
+        ));
+        assert!(err.contains("--read"), "{err}");
+        assert!(err.contains(expected), "{read}: {err}");
+    }
     // Host path volumes are a capability, not a path; prefixes must be absolute.
     let err = refuse(pack(
         "default:default-decorate",
