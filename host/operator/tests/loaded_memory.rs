@@ -498,6 +498,9 @@ fn a_policy_compiled_in_a_child_decides_as_one_compiled_in_process_and_garbage_i
         "{err}"
     );
     assert!(!policy.is_prepared_for("{not json"));
+    // A policy may be named anything; the child gets the name as a value, never as a flag.
+    let spaced = format!("{settings} ");
+    assert_eq!(child.prepare(&policy, "--pooling\0-x", &spaced), Ok(true));
 
     // A child that fails or dies is an error naming what happened, never a panic or a hang.
     let within = |script: &str, time_limit: Duration| {

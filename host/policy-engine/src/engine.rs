@@ -1435,19 +1435,23 @@ struct PrepareRequest<'a> {
 }
 
 impl PrepareRequest<'_> {
+    /// Each value joined to its flag with `=`, so that one starting with `-` (a policy may be
+    /// named anything) is never read as a flag.
     fn args(&self) -> Vec<std::ffi::OsString> {
-        let mut args: Vec<std::ffi::OsString> = vec!["--prepare".into(), self.digest.into()];
-        args.extend(["--cache-dir".into(), self.cache_dir.into()]);
-        args.extend(["--name".into(), self.name.into()]);
+        let mut cache_dir = std::ffi::OsString::from("--cache-dir=");
+        cache_dir.push(self.cache_dir);
+        // The name is only for the child's log lines; a NUL cannot be an argument.
+        let name = format!("--name={}", self.name.replace('\0', "\u{fffd}"));
+        let mut args: Vec<std::ffi::OsString> = vec![
+            format!("--prepare={}", self.digest).into(),
+            cache_dir,
+            name.into(),
+        ];
         args.extend([
-            "--call-memory".into(),
-            self.limits.memory.to_string().into(),
+            format!("--call-memory={}", self.limits.memory).into(),
+            format!("--deadline-ms={}", self.limits.deadline.as_millis() as u64).into(),
+            format!("--max-module={}", self.max_module).into(),
         ]);
-        args.extend([
-            "--deadline-ms".into(),
-            (self.limits.deadline.as_millis() as u64).to_string().into(),
-        ]);
-        args.extend(["--max-module".into(), self.max_module.to_string().into()]);
         args
     }
 }
@@ -1563,7 +1567,9 @@ impl ChildCompiler<'_> {
         let mut command = Command::new(self.program);
         command.args(self.args);
         if let Some(path) = self.functions {
-            command.arg("--functions").arg(path);
+            let mut arg = std::ffi::OsString::from("--functions=");
+            arg.push(path);
+            command.arg(arg);
         }
         let mut child = command
             .arg("--memory")
