@@ -85,23 +85,30 @@ pub struct FunctionCache {
 }
 
 impl FunctionCache {
-    /// Opens (creating) the database at `path`, keeping at most `max_bytes` of code.
+    /// Opens (creating) the database at `path`, keeping at most `max_bytes` of code. A file
+    /// there that is not a sound database (damaged, or something else) is replaced by an empty
+    /// one: what it held is only a head start.
     pub fn open(path: &Path, max_bytes: u64) -> Result<FunctionCache, FunctionCacheError> {
         let fail = |source| FunctionCacheError {
             path: path.display().to_string(),
             source,
         };
-        let db = Connection::open(path).map_err(fail)?;
-        db.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-        db.execute_batch(
-            "CREATE TABLE IF NOT EXISTS functions (
-                 key BLOB NOT NULL UNIQUE,
-                 code BLOB NOT NULL,
-                 sha256 BLOB NOT NULL,
-                 used INTEGER NOT NULL
-             );
-             CREATE INDEX IF NOT EXISTS functions_used ON functions (used);",
-        )
+        let db = match FunctionCache::connect(path) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+                ) =>
+            {
+                tracing::warn!(file = %path.display(), "the compiled-function cache is damaged; it starts again empty");
+                let _ = std::fs::remove_file(path);
+                let mut journal = path.as_os_str().to_owned();
+                journal.push("-journal");
+                let _ = std::fs::remove_file(journal);
+                FunctionCache::connect(path)
+            }
+            other => other,
+        }
         .map_err(fail)?;
         Ok(FunctionCache {
             path: path.to_owned(),
@@ -112,6 +119,21 @@ impl FunctionCache {
             hits: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         })
+    }
+
+    fn connect(path: &Path) -> rusqlite::Result<Connection> {
+        let db = Connection::open(path)?;
+        db.busy_timeout(BUSY_TIMEOUT)?;
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS functions (
+                 key BLOB NOT NULL UNIQUE,
+                 code BLOB NOT NULL,
+                 sha256 BLOB NOT NULL,
+                 used INTEGER NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS functions_used ON functions (used);",
+        )?;
+        Ok(db)
     }
 
     /// What this compilation found and added so far.
@@ -310,6 +332,22 @@ mod tests {
         assert!(!one.insert(b"b", vec![0; 1500]));
         assert!(!one.insert(b"huge", vec![0; MAX_ENTRY_BYTES + 1]));
         assert_eq!(one.flush().unwrap().misses, 1);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_replaced_by_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), vec![0xa5; 8192]).unwrap();
+        let cache = cache(dir.path(), 1 << 20);
+        assert!(cache.get(b"f").is_none());
+        cache.insert(b"f", b"code of f".to_vec());
+        cache.flush().unwrap();
+        assert!(
+            super::FunctionCache::open(&dir.path().join(FILE_NAME), 1 << 20)
+                .unwrap()
+                .get(b"f")
+                .is_some()
+        );
     }
 
     #[test]
