@@ -23,8 +23,7 @@
 
 use std::hint::black_box;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,90 +32,18 @@ use tfjob_policy_engine::bindings::JobContext;
 use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::{CompiledPolicy, PolicyEngine, SandboxLimits};
 
+#[path = "support/team_labels.rs"]
+mod team_labels;
+use team_labels::build;
+
 const SETTINGS: &str = r#"{"team": "ml"}"#;
 const LANGS: [&str; 3] = ["rust", "python", "js"];
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
 
 fn limits() -> SandboxLimits {
     SandboxLimits {
         max_module: 64 << 20,
         ..SandboxLimits::default()
     }
-}
-
-/// Runs `cmd`, failing the bench with what it printed when it fails.
-fn run(mut cmd: Command, what: &str) {
-    let out = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The team-labels example in `lang`, built into `dir`.
-fn build(lang: &str, dir: &Path) -> Vec<u8> {
-    let root = repo("").canonicalize().unwrap();
-    let wit = root.join("wit/policy.wit");
-    let example = root.join("guest-policies/examples/team-labels");
-    let out = dir.join(format!("team-labels-{lang}.wasm"));
-    match lang {
-        "rust" => {
-            let target = root.join("target/bench-examples");
-            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()));
-            cmd.current_dir(&root)
-                .args(["build", "--profile", "guest", "--target", "wasm32-wasip2"])
-                .args(["-p", "example-team-labels", "--target-dir"])
-                .arg(&target);
-            run(cmd, "cargo build of the Rust example");
-            return std::fs::read(target.join("wasm32-wasip2/guest/example_team_labels.wasm"))
-                .unwrap();
-        }
-        "python" => {
-            let tool =
-                std::env::var_os("TFJOB_COMPONENTIZE_PY").unwrap_or("componentize-py".into());
-            let mut cmd = Command::new(tool);
-            cmd.arg("-d")
-                .arg(&wit)
-                .args(["-w", "decorator", "componentize", "-p"])
-                .arg(root.join("guest-policies/sdk-python"))
-                .arg("-p")
-                .arg(example.join("python"))
-                .args(["app", "-o"])
-                .arg(&out);
-            run(cmd, "componentize-py");
-        }
-        _ => {
-            let tool =
-                std::env::var_os("TFJOB_COMPONENTIZE_JS").unwrap_or("componentize-js".into());
-            let mut cmd = Command::new(tool);
-            // componentize-js reads the modules a source imports through the working directory.
-            cmd.current_dir(&root)
-                .arg(example.join("js/policy.js"))
-                .arg("--wit")
-                .arg(&wit)
-                .args([
-                    "--world-name",
-                    "decorator",
-                    "--disable",
-                    "http",
-                    "fetch-event",
-                    "-o",
-                ])
-                .arg(&out);
-            run(cmd, "componentize-js");
-        }
-    }
-    std::fs::read(out).unwrap()
 }
 
 fn context() -> JobContext {
