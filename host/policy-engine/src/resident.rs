@@ -45,13 +45,6 @@ fn header(line: &str) -> Option<Range<usize>> {
     (start <= end).then_some(start..end)
 }
 
-/// [`resident_in`] of this process; `None` where `/proc/self/smaps` cannot be read (not
-/// Linux), and the caller counts the range's whole size.
-pub fn resident(range: Range<usize>) -> Option<u64> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    Some(resident_in(&smaps, range))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,7 +89,8 @@ VmFlags: rd wr mr mw me ac sd
         // proportion, so only its presence is certain.)
         let block = vec![1u8; 4 << 20];
         let at = block.as_ptr() as usize;
-        let bytes = resident(at..at + block.len()).unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let bytes = resident_in(&smaps, at..at + block.len());
         assert!(bytes > 0 && bytes <= 4 << 20, "{bytes}");
     }
 }
