@@ -69,7 +69,16 @@ pub struct CompilePolicyArgs {
 /// The largest component read: the operator's own limit is at most 1 GiB.
 const MAX_INPUT: u64 = 1 << 30;
 
+/// The child's niceness: the operator's own threads (reconciles, API calls, policy calls on
+/// the pod path) come first when they want the CPU; the child has it otherwise.
+const NICENESS: i32 = 10;
+
 pub fn main(args: &CompilePolicyArgs) -> anyhow::Result<()> {
+    // Where this is refused (a policy forbidding it), the child runs at the operator's
+    // priority, as it did before.
+    if let Err(error) = rustix::process::setpriority_process(None, NICENESS) {
+        eprintln!("compile-policy: keeping the operator's priority: {error}");
+    }
     let mut input = Vec::new();
     std::io::stdin()
         .take(MAX_INPUT + 1)

@@ -539,6 +539,24 @@ fn a_policy_compiled_in_a_child_decides_as_one_compiled_in_process_and_garbage_i
         .compile(d.wasm)
         .unwrap_err();
     assert_eq!(err.category, tfjob_policy_engine::Category::Link, "{err}");
+    // The child yields the CPU to the operator: it runs at niceness 10 (the 19th field of
+    // /proc/PID/stat), set before it reads its input.
+    let mut waiting = operator()
+        .args(["compile-policy", "--memory", "67108864", "--pooling"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", waiting.id());
+    eventually("the compiler child at niceness 10", || {
+        let text = std::fs::read_to_string(&stat).ok()?;
+        // The command name (field 2) is in parentheses and may hold spaces.
+        let after = &text[text.rfind(')')? + 2..];
+        (after.split(' ').nth(16)? == "10").then_some(())
+    });
+    drop(waiting.stdin.take());
+    waiting.wait().unwrap();
     // The child itself refuses what is not a component, saying why.
     let mut cmd = operator();
     cmd.args(["compile-policy", "--memory", "67108864", "--pooling"]);
