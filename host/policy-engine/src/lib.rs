@@ -18,6 +18,7 @@ pub mod bindings;
 pub mod breaker;
 pub mod capabilities;
 pub mod clock;
+pub mod cluster_objects;
 pub mod cluster_reads;
 pub mod compiled_cache;
 pub mod config;
