@@ -10,6 +10,7 @@ pub mod context;
 pub mod decorate;
 pub mod duration;
 pub mod json;
+pub mod label_selector;
 pub mod names;
 pub mod ordered;
 pub mod quantity;

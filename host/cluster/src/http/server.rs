@@ -20,6 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use tfjob_policy_logic::label_selector::LabelSelector;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::auth::access::Access;
@@ -31,7 +32,7 @@ use crate::http::query::{
 };
 use crate::http::requests::RequestStats;
 use crate::http::respond::{error_response, json_response};
-use crate::storage::selector::Selector;
+use crate::storage::selector::{FieldSelector, label_selector, matches_labels};
 use crate::storage::store::{
     Commit, DeleteOptions, Part, Patch, Propagation, ResourceType, Store, WatchEvent,
 };
@@ -481,10 +482,9 @@ fn resolve(store: &Store, segments: &[&str]) -> Result<Target, ApiError> {
     })
 }
 
-fn selectors(options: &ListOptions) -> Result<(Selector, Selector), ApiError> {
-    let labels = Selector::parse(&options.label_selector)?;
-    let fields = Selector::parse(&options.field_selector)?;
-    fields.check_fields()?;
+fn selectors(options: &ListOptions) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = label_selector(&options.label_selector)?;
+    let fields = FieldSelector::parse(&options.field_selector)?;
     Ok((labels, fields))
 }
 
@@ -514,7 +514,7 @@ fn list(
             let (items, rv) = store.list(&target.t, target.namespace.as_deref());
             let items: Vec<Arc<Value>> = items
                 .into_iter()
-                .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
+                .filter(|o| matches_labels(&labels, o) && fields.matches(o))
                 .collect();
             pages.first(scope, rv, items, limit, now)
         }
@@ -821,7 +821,7 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
         Ok(s) => s,
         Err(e) => return error_response(&e),
     };
-    let matches = move |o: &Value| labels.matches_labels(o) && fields.matches_fields(o);
+    let matches = move |o: &Value| matches_labels(&labels, o) && fields.matches(o);
     let ns = target.namespace.clone().filter(|_| target.t.namespaced);
     let since = match options.watch_from() {
         Ok(since) => since.unwrap_or(0),

@@ -1,18 +1,18 @@
-//! Label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`exists) and the field selectors
-//! the operator and kubectl use (`metadata.name`, `metadata.namespace`, `status.phase`).
+//! Selectors of list and watch requests: label selectors through the API crate's parser (the
+//! grammar policies' reads use too), and the field selectors the operator and kubectl use
+//! (`metadata.name`, `metadata.namespace`, `status.phase`, ...), which allow only `=`, `==` and
+//! `!=`.
 
 use serde_json::Value;
+use tfjob_policy_logic::label_selector::LabelSelector;
 
 use crate::error::ApiError;
 
+/// One `key=value` or `key!=value` term of a field selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
+enum FieldTerm {
     Equals(String, String),
     NotEquals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    NotExists(String),
 }
 
 /// Field selector keys the server understands (pods, and core events as `kubectl describe`
@@ -41,10 +41,21 @@ pub fn labels(object: &Value) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// A parsed label or field selector; the empty selector matches everything.
+/// Parses a label selector; a malformed one is a 400 naming the requirement.
+pub fn label_selector(text: &str) -> Result<LabelSelector, ApiError> {
+    LabelSelector::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// Whether an object's labels satisfy `selector`.
+pub fn matches_labels(selector: &LabelSelector, object: &Value) -> bool {
+    let labels = object.pointer("/metadata/labels");
+    selector.matches(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+}
+
+/// A parsed field selector over [`SUPPORTED_FIELDS`]; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selector {
-    requirements: Vec<Requirement>,
+pub struct FieldSelector {
+    terms: Vec<FieldTerm>,
 }
 
 /// Splits on commas that are not inside parentheses.
@@ -73,75 +84,35 @@ pub fn split_outside(text: &str, sep: char, brackets: (char, char)) -> Vec<&str>
     parts
 }
 
-fn set_values(text: &str) -> Result<Vec<String>, ApiError> {
-    let inner = text
-        .trim()
-        .strip_prefix('(')
-        .and_then(|t| t.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("invalid selector set {text:?}")))?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-        .collect())
-}
-
-impl Selector {
-    /// Parses a label selector.
-    pub fn parse(text: &str) -> Result<Selector, ApiError> {
-        let mut requirements = Vec::new();
+impl FieldSelector {
+    /// Parses a field selector: terms of `=`, `==` or `!=` over the supported fields, as a real
+    /// server answers anything else with a 400.
+    pub fn parse(text: &str) -> Result<FieldSelector, ApiError> {
+        let mut terms = Vec::new();
         for part in split_top(text) {
-            let r = if let Some((k, v)) = part.split_once("!=") {
-                Requirement::NotEquals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once("==") {
-                Requirement::Equals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once('=') {
-                Requirement::Equals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once(" notin ") {
-                Requirement::NotIn(k.trim().into(), set_values(v)?)
-            } else if let Some((k, v)) = part.split_once(" in ") {
-                Requirement::In(k.trim().into(), set_values(v)?)
-            } else if let Some(k) = part.strip_prefix('!') {
-                Requirement::NotExists(k.trim().into())
-            } else if part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            {
-                Requirement::Exists(part.into())
+            let term = if let Some((k, v)) = part.split_once("!=") {
+                FieldTerm::NotEquals(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                FieldTerm::Equals(k.trim().into(), v.trim().into())
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector {part:?}")));
+                return Err(ApiError::bad_request(
+                    "field selectors support =, == and != only",
+                ));
             };
-            requirements.push(r);
+            let (FieldTerm::Equals(key, _) | FieldTerm::NotEquals(key, _)) = &term;
+            if !SUPPORTED_FIELDS.contains(&key.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {key}"
+                )));
+            }
+            terms.push(term);
         }
-        Ok(Selector { requirements })
-    }
-
-    /// Whether `lookup` (key to value) satisfies every requirement.
-    pub fn matches(&self, lookup: impl Fn(&str) -> Option<String>) -> bool {
-        self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => lookup(k).as_deref() == Some(v.as_str()),
-            Requirement::NotEquals(k, v) => lookup(k).as_deref() != Some(v.as_str()),
-            Requirement::In(k, vs) => lookup(k).is_some_and(|x| vs.contains(&x)),
-            Requirement::NotIn(k, vs) => lookup(k).is_none_or(|x| !vs.contains(&x)),
-            Requirement::Exists(k) => lookup(k).is_some(),
-            Requirement::NotExists(k) => lookup(k).is_none(),
-        })
-    }
-
-    /// Matches an object's labels.
-    pub fn matches_labels(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
-        self.matches(|k| {
-            labels
-                .and_then(|l| l.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
+        Ok(FieldSelector { terms })
     }
 
     /// Matches the supported fields of an object.
-    pub fn matches_fields(&self, object: &Value) -> bool {
-        self.matches(|k| {
+    pub fn matches(&self, object: &Value) -> bool {
+        let field = |k: &str| {
             let pointer = match k {
                 "metadata.name" => "/metadata/name",
                 "metadata.namespace" => "/metadata/namespace",
@@ -153,31 +124,12 @@ impl Selector {
                 "involvedObject.uid" => "/involvedObject/uid",
                 _ => return None,
             };
-            object
-                .pointer(pointer)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+            object.pointer(pointer).and_then(Value::as_str)
+        };
+        self.terms.iter().all(|t| match t {
+            FieldTerm::Equals(k, v) => field(k) == Some(v.as_str()),
+            FieldTerm::NotEquals(k, v) => field(k) != Some(v.as_str()),
         })
-    }
-
-    /// Field selectors support only these keys; anything else is a 400 as on a real server.
-    pub fn check_fields(&self) -> Result<(), ApiError> {
-        for r in &self.requirements {
-            let key = match r {
-                Requirement::Equals(k, _) | Requirement::NotEquals(k, _) => k,
-                _ => {
-                    return Err(ApiError::bad_request(
-                        "field selectors support =, == and != only",
-                    ));
-                }
-            };
-            if !SUPPORTED_FIELDS.contains(&key.as_str()) {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {key}"
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -187,41 +139,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn label_selector_operators() {
+    fn label_selectors_match_labels_and_refuse_bad_syntax_with_a_400() {
         let obj = json!({"metadata": {"labels": {"app": "tf", "tier": "worker"}}});
-        for (sel, expected) in [
-            ("", true),
-            ("app=tf", true),
-            ("app==tf,tier=worker", true),
-            ("app!=tf", false),
-            ("tier in (ps, worker)", true),
-            ("tier notin (ps,worker)", false),
-            ("app", true),
-            ("!app", false),
-            ("!missing,app=tf", true),
-            ("missing", false),
-            ("tier in (ps)", false),
-        ] {
-            assert_eq!(
-                Selector::parse(sel).unwrap().matches_labels(&obj),
-                expected,
-                "{sel}"
-            );
-        }
+        let sel = label_selector("app=tf,tier in (ps,worker)").unwrap();
+        assert!(matches_labels(&sel, &obj));
+        assert!(!matches_labels(&label_selector("!app").unwrap(), &obj));
+        let err = label_selector("a b=c").unwrap_err();
+        assert_eq!(err.code, 400, "{err:?}");
     }
 
     #[test]
     fn field_selectors() {
         let obj =
             json!({"metadata": {"name": "a", "namespace": "ns"}, "status": {"phase": "Running"}});
-        let sel = Selector::parse("metadata.name=a,status.phase!=Failed").unwrap();
-        sel.check_fields().unwrap();
-        assert!(sel.matches_fields(&obj));
-        assert!(
-            Selector::parse("spec.replicas=1")
-                .unwrap()
-                .check_fields()
-                .is_err()
-        );
+        let sel = FieldSelector::parse("metadata.name=a,status.phase!=Failed").unwrap();
+        assert!(sel.matches(&obj));
+        assert!(FieldSelector::parse("spec.replicas=1").is_err());
+        assert!(FieldSelector::parse("status.phase in (Running)").is_err());
     }
 }
