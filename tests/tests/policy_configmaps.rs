@@ -680,7 +680,7 @@ fn rejected_updates_keep_the_previous_version_serving() {
                 pack(labelling("keep-hook", 11, "bad"), module(RESOURCES)),
                 &decorate_digest,
                 "manifest field hooks: declares decorate but the module does not export \
-                 tfjob:policy/decorate@0.2.0"
+                 tfjob:policy/decorate@0.3.0"
                     .to_owned(),
             ),
             (
@@ -1049,6 +1049,63 @@ fn hostile(
     )
 }
 
+/// A policy that declares reads of nodes and namespaces reads them through the operator: the
+/// first activation starts one watch per resource, and the pod's decoration carries what the
+/// policy read, from the embedded cluster's own nodes and the job's Namespace. A read of what it
+/// did not declare fails the call, and under `Fail` the pod waits with the read's category.
+#[test]
+fn a_policy_reads_the_nodes_and_namespaces_it_declared_through_the_operator() {
+    with_cluster(false, "readers", |env, ns| async move {
+        let declared = |resource: &str| ReadDeclaration {
+            resource: resource.into(),
+            scope: None,
+        };
+        let mut manifest = PolicyManifest {
+            name: "reader".into(),
+            hooks: vec![Hook::Decorate],
+            failure_policy: FailurePolicy::Fail,
+            settings: json!({"mode": "read", "reads": [
+                {"resource": "nodes"},
+                {"resource": "namespaces", "name": ns},
+            ]}),
+            reads: vec![declared("nodes"), declared("namespaces")],
+            ..PolicyManifest::default()
+        };
+        let cm = pack(manifest.clone(), defaults::HOSTILE_POLICY_WASM);
+        env.create_active(&cm, defaults::HOSTILE_POLICY_WASM).await;
+        let pod = env.run_job(ns, "reads").await;
+        let answers: Value = serde_json::from_str(
+            pod.annotations()
+                .get("hostile/read")
+                .expect("the decoration records what it read"),
+        )
+        .unwrap();
+        assert_eq!(
+            answers[0]["items"].as_array().map(Vec::len),
+            Some(2),
+            "{answers}"
+        );
+        assert_eq!(answers[0]["synced"], true, "{answers}");
+        assert_eq!(answers[1]["object"], ns, "{answers}");
+        env.until_succeeded(ns, "reads").await;
+
+        // Another policy reads what it did not declare: refused at every call, even though it
+        // ignores the error, and under `Fail` the job's pod is not created; the event says why.
+        manifest.name = "denier".into();
+        manifest.settings = json!({"mode": "read", "ignoreErrors": true,
+                                   "reads": [{"resource": "priorityclasses", "name": "high"}]});
+        let denier = renamed(pack(manifest, defaults::HOSTILE_POLICY_WASM), "denier");
+        env.create_active(&denier, defaults::HOSTILE_POLICY_WASM)
+            .await;
+        env.submit(ns, "denied", &[]).await;
+        let note = env.until_job_event(ns, "denied", "PolicyFailed").await;
+        assert!(
+            note.contains("priorityclasses is not among the policy's granted reads"),
+            "{note}"
+        );
+    });
+}
+
 /// A decoration policy that sleeps in every call under `Ignore` does not stop or hold up pod
 /// creation: each call ends at its deadline as a timeout, the policy is skipped with an event,
 /// and every job runs to success.
@@ -1103,6 +1160,7 @@ fn a_policy_that_keeps_trapping_trips_and_its_configmap_says_so() {
             },
             cache_dir: None,
             loaded_budget: Arc::clone(&d.loaded_budget),
+            read_cache_objects: d.read_cache_objects,
         });
     };
     with_cluster_configured(false, "tripping", tight_breakers, |env, ns| async move {

@@ -177,6 +177,36 @@ async fn scenario(cluster: &EmbeddedCluster, client: &Client) {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
+    // A policy that reads namespaces and nodes (the default ceiling): the operator watches
+    // both while it is active. It selects no job, so it is never called.
+    let reader = tfjob_policy_engine::configmap::pack(
+        tfjob_policy_engine::PolicyManifest {
+            name: "reader".into(),
+            hooks: vec![tfjob_policy_engine::Hook::Decorate],
+            failure_policy: tfjob_policy_engine::FailurePolicy::Ignore,
+            selector: tfjob_policy_engine::JobSelector {
+                match_labels: [("reads".to_owned(), "cluster".to_owned())].into(),
+                ..tfjob_policy_engine::JobSelector::default()
+            },
+            reads: ["namespaces", "nodes"]
+                .map(
+                    |resource| tfjob_policy_engine::cluster_reads::ReadDeclaration {
+                        resource: resource.into(),
+                        scope: None,
+                    },
+                )
+                .into(),
+            ..tfjob_policy_engine::PolicyManifest::default()
+        },
+        tfjob_policy_engine::defaults::HOSTILE_POLICY_WASM,
+        ACCOUNT.0,
+        false,
+    )
+    .unwrap();
+    configmaps
+        .create(&PostParams::default(), &reader)
+        .await
+        .unwrap();
     let referenced: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "referenced", "labels": {"policy.tfjob.dev/policy": "true"}},
         "data": {"policy.yaml": "name: referenced\nhooks: [decorate]\nfailurePolicy: Ignore\n",
@@ -222,6 +252,24 @@ async fn scenario(cluster: &EmbeddedCluster, client: &Client) {
     .await
     .unwrap();
     patch(json!({"runPolicy": {"suspend": true}})).await;
+    // The reading policy's caches listed and watched what it reads.
+    poll(WAIT, POLL, || async {
+        let made = requests.snapshot();
+        let watched = |resource: &str| {
+            ["list", "watch"].iter().all(|verb| {
+                made.agents.iter().any(|c| {
+                    c.agent == "tfjob-operator"
+                        && c.resource == resource
+                        && c.verb.as_str() == *verb
+                })
+            })
+        };
+        (watched("nodes") && watched("namespaces"))
+            .then_some(())
+            .ok_or("nodes and namespaces are not watched")
+    })
+    .await
+    .unwrap();
 
     // The retry job ran, restarted, succeeded and was deleted by its TTL; the suspended job
     // lost its pods; the ConfigMap got its status.
@@ -524,6 +572,10 @@ fn the_operator_is_never_refused_with_the_deployed_rbac() {
             ("list", "scheduling.k8s.io", "priorityclasses"),
             ("patch", "", "configmaps"),
             ("get", "", "secrets"),
+            ("list", "", "nodes"),
+            ("watch", "", "nodes"),
+            ("list", "", "namespaces"),
+            ("watch", "", "namespaces"),
         ],
     );
 }

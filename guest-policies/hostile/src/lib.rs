@@ -25,6 +25,8 @@
 //! | `log-flood`   | 100,000 log records of 1,000 empty fields each, then input unchanged | same, then input unchanged | same, then `running` |
 //! | `edit`        | sets the JSON pointer `path` of the pod to `value` (`-` appends to a list) | input unchanged | `phase` if set, else `running` |
 //! | `verdict`     | input unchanged                       | input unchanged             | a verdict of phase `phase`          |
+//! | `read`        | makes the cluster reads in `reads`, annotation `hostile/read` = what each answered | same, then input unchanged | `running`, message what each answered |
+//! | `read-forever`| repeats the first of `reads` forever, ignoring every error | same | same |
 //! | `ok`          | input unchanged                       | input unchanged             | `running`                           |
 //!
 //! `validate-settings` itself misbehaves in three more modes: `sleep-in-settings` (sleeps an
@@ -70,6 +72,8 @@ enum Mode {
     LogFlood,
     Edit,
     Verdict,
+    Read,
+    ReadForever,
     SleepInSettings,
     LongErrorInSettings,
     LoopInSettings,
@@ -98,6 +102,8 @@ impl Mode {
             Mode::LogFlood => "log-flood",
             Mode::Edit => "edit",
             Mode::Verdict => "verdict",
+            Mode::Read => "read",
+            Mode::ReadForever => "read-forever",
             Mode::SleepInSettings => "sleep-in-settings",
             Mode::LongErrorInSettings => "long-error-in-settings",
             Mode::LoopInSettings => "loop-in-settings",
@@ -122,6 +128,22 @@ struct HostileSettings {
     /// `verdict`: the `recheck-at` to answer, verbatim (RFC 3339 or not).
     #[serde(rename = "recheckAt")]
     recheck_at: Option<String>,
+    /// `read`, `read-forever`: the reads to make, in order.
+    reads: Vec<ReadRequest>,
+    /// `read`: go on after a read fails (the host still ends the call with its category).
+    #[serde(rename = "ignoreErrors")]
+    ignore_errors: bool,
+}
+
+/// One read of `read` mode: a `get` when `name` is set, else a `list`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ReadRequest {
+    resource: String,
+    namespace: String,
+    name: Option<String>,
+    selector: String,
+    limit: u32,
 }
 
 impl PolicySettings for HostileSettings {
@@ -170,6 +192,14 @@ impl bindings::exports::tfjob::policy::decorate::Guest for Hostile {
                 annotations.insert("hostile/stdin".into(), json!(read_stdin().to_string()));
                 Ok(())
             }),
+            Mode::Read => {
+                let answers = read_all(&s)?;
+                edit(&pod, |p| {
+                    let annotations = object(object(p, "metadata"), "annotations");
+                    annotations.insert("hostile/read".into(), Value::String(answers));
+                    Ok(())
+                })
+            }
             Mode::Edit => {
                 let mut document: Value = serde_json::from_str(&pod)
                     .map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
@@ -238,6 +268,7 @@ impl bindings::exports::tfjob::policy::resources::Guest for Hostile {
                 mode.name(),
                 report(mode)
             ))),
+            Mode::Read => read_all(&s).map(|_| resources),
             _ => Ok(resources),
         }
     }
@@ -280,6 +311,7 @@ impl bindings::exports::tfjob::policy::classify::Guest for Hostile {
                 recheck_at: s.recheck_at.clone(),
                 ..running("hostile", "as configured".into())
             }),
+            Mode::Read => Ok(running("read", read_all(&s)?)),
             _ => Ok(running("", String::new())),
         }
     }
@@ -300,7 +332,67 @@ fn common(s: &HostileSettings) -> Option<Result<(), PolicyError>> {
             log_flood();
             Some(Ok(()))
         }
+        Mode::ReadForever => loop {
+            if let Some(r) = s.reads.first() {
+                let _ = read_one(r);
+            }
+        },
         _ => None,
+    }
+}
+
+/// Makes the reads of `read` mode; returns what each answered as a JSON list, or the first
+/// error unless errors are ignored.
+fn read_all(s: &HostileSettings) -> Result<String, PolicyError> {
+    let mut answers = Vec::with_capacity(s.reads.len());
+    for r in &s.reads {
+        match read_one(r) {
+            Ok(answer) => answers.push(answer),
+            Err(e) if s.ignore_errors => answers.push(json!({ "error": e })),
+            Err(e) => return Err(PolicyError::Failed(e)),
+        }
+    }
+    Ok(Value::Array(answers).to_string())
+}
+
+/// One read: the names it answered, whether more matched, the freshness; or the error.
+fn read_one(r: &ReadRequest) -> Result<Value, String> {
+    use tfjob_policy_sdk::cluster::{self, ReadError};
+    let name_of = |json: &str| -> Value {
+        serde_json::from_str::<Value>(json)
+            .ok()
+            .and_then(|o| o.pointer("/metadata/name").cloned())
+            .unwrap_or(Value::Null)
+    };
+    let error = |e: ReadError| {
+        let kind = match &e {
+            ReadError::Denied(_) => "denied",
+            ReadError::Unavailable(_) => "unavailable",
+            ReadError::TooManyReads(_) => "too-many-reads",
+            ReadError::TooLarge(_) => "too-large",
+            ReadError::Invalid(_) => "invalid",
+        };
+        format!("{kind}: {}", cluster::message(&e))
+    };
+    match &r.name {
+        Some(name) => {
+            let got = cluster::get(&r.resource, &r.namespace, name).map_err(error)?;
+            Ok(json!({
+                "object": got.object.as_deref().map(name_of),
+                "synced": got.freshness.synced,
+                "resourceVersion": got.freshness.resource_version,
+            }))
+        }
+        None => {
+            let listed =
+                cluster::list(&r.resource, &r.namespace, &r.selector, r.limit).map_err(error)?;
+            Ok(json!({
+                "items": listed.items.iter().map(|i| name_of(i)).collect::<Vec<_>>(),
+                "more": listed.more,
+                "synced": listed.freshness.synced,
+                "resourceVersion": listed.freshness.resource_version,
+            }))
+        }
     }
 }
 

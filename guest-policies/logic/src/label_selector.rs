@@ -82,6 +82,19 @@ impl LabelSelector {
     }
 }
 
+/// An object's labels (`metadata.labels`; values that are not strings left out).
+pub fn labels(object: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A label value read as the integer `>`/`<` compare with; other values never match them.
 fn number(value: Option<&str>) -> Option<i64> {
     value?.parse().ok()

@@ -1,6 +1,6 @@
 // The TFJob operator's policy SDK for JavaScript (componentize-js): `core.js` and the
 // contract's `log` import. Import this file from a policy; import `core.js` in Node tests.
-import { log as witLog } from 'tfjob:policy/log@0.2.0';
+import { log as witLog } from 'tfjob:policy/log@0.3.0';
 
 export * from './core.js';
 

@@ -1,7 +1,7 @@
 """The TFJob operator's policy SDK for Python.
 
 A policy is a WebAssembly component built with componentize-py from one world of the
-`tfjob:policy@0.2.0` contract. Write a `Policy` subclass, then export its hooks from the app
+`tfjob:policy@0.3.0` contract. Write a `Policy` subclass, then export its hooks from the app
 module:
 
     import tfjob_policy as tp

@@ -1,18 +1,21 @@
 //! What TFJob pod-policy authors build on.
 //!
-//! A policy is a `wasm32-wasip2` component implementing one world of the `tfjob:policy@0.2.0`
+//! A policy is a `wasm32-wasip2` component implementing one world of the `tfjob:policy@0.3.0`
 //! contract (`wit/policy.wit`): `decorator`, `resource-policy`, `classifier` or `full-policy`.
 //! This crate provides:
 //!
 //! - [`export_policy!`]: generates the bindings of the chosen world into a `bindings` module of
 //!   the policy crate and exports the policy type (see "Choosing a world" below);
 //! - [`wit`]: the contract's shared types (`JobContext`, `Verdict`, `PolicyError`, ...) and the
-//!   `log` import, generated once here so helpers in this crate accept them whatever the world;
+//!   `log` and `cluster` imports, generated once here so helpers in this crate accept them
+//!   whatever the world;
 //! - [`convert`]: JSON <-> k8s-openapi `Pod` / `ResourceRequirements` with errors naming the
 //!   field, RFC 3339 timestamps, `JobContext` and `Verdict` conversions;
 //! - [`settings`]: loading and validating a settings document (`{}`, `""` and `null` mean the
 //!   defaults);
 //! - [`log`]: structured logging into the operator's log;
+//! - [`cluster`]: reads of the cluster objects the policy declared (`reads` in its manifest):
+//!   typed (`namespace`, `nodes`, ...) or as JSON (`get`, `list`);
 //! - re-exports of [`quantity`] (Kubernetes quantities, exact comparison, canonical spelling),
 //!   the default policies' decision logic ([`logic`]), [`k8s_openapi`], [`serde_json`] and
 //!   [`jiff`].
@@ -23,7 +26,7 @@
 //! interface, so a single crate cannot hold the export bindings of several worlds that export
 //! the same interface (every world exports `settings`). The policy crate therefore generates
 //! its own world's bindings, through [`export_policy!`], and this crate generates only what the
-//! worlds share: the `types` and `log` interfaces. The macro maps those two interfaces onto
+//! worlds share: the `types`, `log` and `cluster` interfaces. The macro maps those onto
 //! [`wit`] (wit-bindgen's `with` option), so the generated `Guest` traits take and return this
 //! crate's types. The bindings only carry imports here; each policy's export macro embeds its
 //! own world, so a decorator does not claim to export `classify`.
@@ -42,6 +45,7 @@ pub use tfjob_policy_logic::quantity;
 #[doc(hidden)]
 pub use wit_bindgen;
 
+pub mod cluster;
 pub mod convert;
 pub mod log;
 pub mod settings;
@@ -76,8 +80,9 @@ macro_rules! export_policy {
                 runtime_path: "tfjob_policy_sdk::wit_bindgen::rt",
                 default_bindings_module: "crate::bindings",
                 with: {
-                    "tfjob:policy/types@0.2.0": tfjob_policy_sdk::wit::types,
-                    "tfjob:policy/log@0.2.0": tfjob_policy_sdk::wit::log,
+                    "tfjob:policy/types@0.3.0": tfjob_policy_sdk::wit::types,
+                    "tfjob:policy/log@0.3.0": tfjob_policy_sdk::wit::log,
+                    "tfjob:policy/cluster@0.3.0": tfjob_policy_sdk::wit::cluster,
                 },
             });
         }

@@ -1,8 +1,9 @@
-//! The contract's shared types and the `log` import, generated from `wit/policy.wit`.
+//! The contract's shared types and the `log` and `cluster` imports, generated from
+//! `wit/policy.wit`.
 //!
-//! These are generated from a world that only imports `tfjob:policy/types` and
-//! `tfjob:policy/log`, so linking this crate never adds exports to a policy; the policy's own
-//! world (see [`crate::export_policy!`]) maps both interfaces here.
+//! These are generated from a world that only imports `tfjob:policy/types`, `tfjob:policy/log`
+//! and `tfjob:policy/cluster`, so linking this crate never adds exports to a policy; the
+//! policy's own world (see [`crate::export_policy!`]) maps these interfaces here.
 
 #[allow(unsafe_code, dead_code, missing_docs, clippy::all)]
 mod generated {
@@ -11,8 +12,9 @@ mod generated {
             package tfjob:policy-sdk;
 
             world shared {
-                import tfjob:policy/types@0.2.0;
-                import tfjob:policy/log@0.2.0;
+                import tfjob:policy/types@0.3.0;
+                import tfjob:policy/log@0.3.0;
+                import tfjob:policy/cluster@0.3.0;
             }
         ",
         path: "../../wit",
@@ -24,7 +26,7 @@ mod generated {
     });
 }
 
-pub use generated::tfjob::policy::{log, types};
+pub use generated::tfjob::policy::{cluster, log, types};
 pub use types::{FailureKind, JobContext, Phase, PolicyError, Verdict};
 
 // wit-bindgen implements `Display` (as `Debug`) and `Error` for `PolicyError` itself.

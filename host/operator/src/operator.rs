@@ -15,8 +15,10 @@ use futures::FutureExt as _;
 use kube::Client;
 use prometheus_client::registry::Registry as MetricsRegistry;
 use tfjob_planner::Settings;
+use tfjob_policy_engine::cluster_cache::ClusterCache;
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{Breakers, PolicyMetrics, PolicySet, Registry, WasmPolicies};
+use tfjob_policy_sync::read_caches::{ReadCacheMetrics, ReadCaches};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
 use crate::api_metrics::ApiMetrics;
@@ -200,9 +202,21 @@ async fn serve(
     )));
     // One set of breakers for every reconcile, reported by the policy sync.
     let breakers = Breakers::new(policies.breakers);
+    // The objects policies read, one watch per resource the active policies were granted.
+    let cluster = Arc::new(ClusterCache::new());
     let seam = WasmPolicies::new(Arc::clone(&policies.engine), Arc::clone(&registry))
         .with_metrics(PolicyMetrics::register(&mut metrics))
-        .with_breakers(breakers.clone());
+        .with_breakers(breakers.clone())
+        .with_cluster(Arc::clone(&cluster));
+    let reads_task = tokio::spawn(
+        ReadCaches::new(
+            client.clone(),
+            cluster,
+            policies.read_cache_objects,
+            ReadCacheMetrics::register(&mut metrics),
+        )
+        .follow(Arc::clone(&registry), shutdown.clone()),
+    );
 
     let sync_task = if config.policy_namespaces.is_empty() {
         None
@@ -293,5 +307,6 @@ async fn serve(
     if let Some(task) = sync_task {
         task.abort();
     }
+    reads_task.abort();
     result
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Deserialize;
 use serde_json::Value;
 use tfjob_planner::{PodContext, Verdict};
-use tfjob_policy_engine::hook_call::{self, Observed};
+use tfjob_policy_engine::hook_call::{self, Caller, Observed};
 use tfjob_policy_engine::{
     ActivationError, ActivePolicy, EvalError, Hook, PolicyEngine, PolicyManifest, activate_checked,
     defaults,
@@ -153,7 +153,7 @@ pub(crate) enum HookInput<'a> {
 /// Runs one hook of an activated policy as the operator's pipeline does
 /// ([`tfjob_policy_engine::hook_call`]); every failure carries the operator's category.
 pub(crate) fn run_hook(
-    engine: &PolicyEngine,
+    caller: Caller<'_>,
     policy: &ActivePolicy,
     ctx: &tfjob_policy_engine::bindings::JobContext,
     input: HookInput<'_>,
@@ -161,12 +161,12 @@ pub(crate) fn run_hook(
     match input {
         HookInput::Decorate(pod) => {
             let pod = serde_json::to_value(pod).expect("pods serialise");
-            hook_call::decorate(engine, policy, ctx, &pod).map(HookOutput::Pod)
+            hook_call::decorate(caller, policy, ctx, &pod).map(HookOutput::Pod)
         }
         HookInput::Resources(c) => {
             let requirements = serde_json::to_value(c.resources.clone().unwrap_or_default())
                 .expect("requirements serialise");
-            hook_call::resources(engine, policy, ctx, &c.name, &requirements)
+            hook_call::resources(caller, policy, ctx, &c.name, &requirements)
                 .map(HookOutput::Resources)
         }
         HookInput::Classify { pod, now } => {
@@ -176,7 +176,7 @@ pub(crate) fn run_hook(
                 json: &json,
                 now,
             };
-            hook_call::classify(engine, policy, ctx, &observed).map(HookOutput::Verdict)
+            hook_call::classify(caller, policy, ctx, &observed).map(HookOutput::Verdict)
         }
     }
 }

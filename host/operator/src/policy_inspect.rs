@@ -43,7 +43,7 @@ fn inspect(
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     if policy.hooks().is_empty() {
         bail!(
-            "{}: exports none of the hooks of tfjob:policy@0.2.0 (or of 0.1.0)",
+            "{}: exports none of the hooks of tfjob:policy@0.3.0 (nor of 0.2.0 or 0.1.0)",
             path.display()
         );
     }

@@ -155,7 +155,7 @@ impl BreakerArgs {
 }
 
 /// The most any policy may be granted (see `tfjob_policy_engine::capabilities`).
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct CeilingArgs {
     /// A capability policies may be granted when their manifest declares it (repeatable):
     /// secrets, service-account-tokens, external-volumes [default: none].
@@ -179,6 +179,29 @@ pub struct CeilingArgs {
     /// when their manifest declares it (repeatable) [default: none].
     #[arg(long = "policy-allow-read-in-namespaces", value_name = "RESOURCE")]
     pub policy_allow_read_in_namespaces: Vec<String>,
+    /// Objects the cache of one read resource holds at most; past it the cache drops them and
+    /// policies' reads of that resource answer `unavailable`.
+    #[arg(
+        long = "policy-read-cache-objects",
+        value_name = "N",
+        default_value_t = tfjob_policy_engine::cluster_cache::DEFAULT_OBJECT_CAP as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub policy_read_cache_objects: u32,
+}
+
+impl Default for CeilingArgs {
+    /// What the flags' defaults give.
+    fn default() -> CeilingArgs {
+        CeilingArgs {
+            policy_allow: Vec::new(),
+            policy_allow_host_paths: Vec::new(),
+            policy_allow_read: vec!["namespaces".to_owned(), "nodes".to_owned()],
+            policy_allow_read_in_namespaces: Vec::new(),
+            policy_read_cache_objects: tfjob_policy_engine::cluster_cache::DEFAULT_OBJECT_CAP
+                as u32,
+        }
+    }
 }
 
 impl CeilingArgs {
@@ -375,6 +398,8 @@ pub struct Policies {
     pub cache_dir: Option<PathBuf>,
     /// What loaded ConfigMap policies may hold (`--policy-loaded-memory-*`).
     pub loaded_budget: Arc<LoadedBudget>,
+    /// Objects one resource's read cache holds at most (`--policy-read-cache-objects`).
+    pub read_cache_objects: usize,
 }
 
 impl Policies {
@@ -427,6 +452,7 @@ impl Policies {
             breakers: args.breakers.config(),
             cache_dir: args.policy_cache_dir.clone(),
             loaded_budget,
+            read_cache_objects: args.ceiling.policy_read_cache_objects as usize,
         })
     }
 
@@ -510,6 +536,20 @@ mod tests {
     use super::*;
 
     const BUDGET: usize = 256 << 20;
+
+    #[test]
+    fn the_ceiling_by_default_is_what_the_flags_default_to() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            ceiling: CeilingArgs,
+        }
+        let parsed = <Flags as clap::Parser>::parse_from(["tfjob-operator"]).ceiling;
+        assert_eq!(
+            format!("{parsed:?}"),
+            format!("{:?}", CeilingArgs::default())
+        );
+    }
 
     #[test]
     fn namespace_shares_default_to_one_calls_cap_and_a_quarter_reserved() {

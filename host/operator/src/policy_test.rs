@@ -156,7 +156,13 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
             },
         },
     };
-    Ok(match run_hook(&engine, &policy, &ctx, input)? {
+    // No cluster is read from here: every read the policy makes is answered `unavailable`.
+    let cluster = std::sync::Arc::default();
+    let caller = tfjob_policy_engine::hook_call::Caller {
+        engine: &engine,
+        cluster: &cluster,
+    };
+    Ok(match run_hook(caller, &policy, &ctx, input)? {
         HookOutput::Verdict(v) => {
             let mut out = json!({"phase": v.phase, "reason": v.reason, "message": v.message});
             if let Some(kind) = v.kind.filter(|_| v.phase.is_failure()) {

@@ -29,12 +29,12 @@ macro_rules! sources {
 
 /// The SDK's `src/` files.
 const SDK_SOURCES: &[(&str, &str)] =
-    sources!("sdk": "convert.rs", "lib.rs", "log.rs", "settings.rs", "wit.rs");
+    sources!("sdk": "cluster.rs", "convert.rs", "lib.rs", "log.rs", "settings.rs", "wit.rs");
 
 /// The logic crate's `src/` files.
 const LOGIC_SOURCES: &[(&str, &str)] = sources!("logic":
-    "classify.rs", "classify_settings.rs", "context.rs", "decorate.rs", "duration.rs", "json.rs", "lib.rs",
-    "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
+    "classify.rs", "classify_settings.rs", "context.rs", "decorate.rs", "duration.rs", "json.rs",
+    "label_selector.rs", "lib.rs", "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
 );
 
 /// The Python SDK (`guest-policies/sdk-python/tfjob_policy`), written as `tfjob_policy/` of a

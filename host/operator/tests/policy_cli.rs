@@ -690,9 +690,9 @@ fn inspect_describes_a_policy_module() {
         .map(|e| e.as_str().unwrap())
         .collect();
     for interface in [
-        "tfjob:policy/decorate@0.2.0",
-        "tfjob:policy/resources@0.2.0",
-        "tfjob:policy/classify@0.2.0",
+        "tfjob:policy/decorate@0.3.0",
+        "tfjob:policy/resources@0.3.0",
+        "tfjob:policy/classify@0.3.0",
     ] {
         assert!(exports.contains(&interface), "{exports:?}");
     }

@@ -109,11 +109,11 @@ fn the_crate_has_what_a_team_needs_for_the_hooks_chosen() {
     );
     let world = read(&root.join("wit/world.wit"));
     assert!(
-        world.contains("export tfjob:policy/decorate@0.2.0;"),
+        world.contains("export tfjob:policy/decorate@0.3.0;"),
         "{world}"
     );
     assert!(
-        world.contains("export tfjob:policy/classify@0.2.0;"),
+        world.contains("export tfjob:policy/classify@0.3.0;"),
         "{world}"
     );
     assert!(!world.contains("resources"), "{world}");
@@ -308,7 +308,7 @@ fn every_choice_of_hooks_exports_exactly_those_hooks() {
         for hook in ["decorate", "resources", "classify"] {
             let chosen = hooks.split(',').any(|h| h == hook);
             assert_eq!(
-                world.contains(&format!("export tfjob:policy/{hook}@0.2.0;")),
+                world.contains(&format!("export tfjob:policy/{hook}@0.3.0;")),
                 chosen,
                 "{hooks}: {world}"
             );
@@ -429,6 +429,6 @@ fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
             .collect();
         assert_eq!(exported.join(","), *hooks, "{name}");
         assert_eq!(info["validatesSettings"], true);
-        assert_eq!(info["contract"], "0.2.0");
+        assert_eq!(info["contract"], "0.3.0");
     }
 }

@@ -291,7 +291,7 @@ fn pack_refuses_what_the_operator_would_reject() {
     ));
     assert!(err.contains("(hooks step)"), "{err}");
     assert!(
-        err.contains("does not export tfjob:policy/decorate@0.2.0"),
+        err.contains("does not export tfjob:policy/decorate@0.3.0"),
         "{err}"
     );
 

@@ -42,13 +42,13 @@ impl Hook {
         }
     }
 
-    /// The WIT interface a component exports for this hook (contract 0.2.0; a component of
-    /// 0.1.0 exports the same name at `@0.1.0`).
+    /// The WIT interface a component exports for this hook (contract 0.3.0; a component of
+    /// 0.2.0 or 0.1.0 exports the same name at its version).
     pub fn interface(self) -> &'static str {
         match self {
-            Hook::Decorate => "tfjob:policy/decorate@0.2.0",
-            Hook::Resources => "tfjob:policy/resources@0.2.0",
-            Hook::Classify => "tfjob:policy/classify@0.2.0",
+            Hook::Decorate => "tfjob:policy/decorate@0.3.0",
+            Hook::Resources => "tfjob:policy/resources@0.3.0",
+            Hook::Classify => "tfjob:policy/classify@0.3.0",
         }
     }
 }
@@ -214,6 +214,12 @@ pub enum PolicyErrorCategory {
     /// The policy was not called: it failed too often in a row and its circuit breaker is
     /// open until a trial call succeeds.
     Tripped,
+    /// The policy read a cluster object it was not granted.
+    ReadDenied,
+    /// The policy's cluster reads went past a bound: reads per call, objects or bytes.
+    ReadLimit,
+    /// The policy asked for a malformed read (resource, namespace, name or label selector).
+    ReadInvalid,
 }
 
 impl PolicyErrorCategory {
@@ -228,6 +234,9 @@ impl PolicyErrorCategory {
             PolicyErrorCategory::Settings => "settings",
             PolicyErrorCategory::Unavailable => "unavailable",
             PolicyErrorCategory::Tripped => "tripped",
+            PolicyErrorCategory::ReadDenied => "read-denied",
+            PolicyErrorCategory::ReadLimit => "read-limit",
+            PolicyErrorCategory::ReadInvalid => "read-invalid",
         }
     }
 }

@@ -1,19 +1,50 @@
-//! Host bindings generated from `wit/policy.wit` (contract 0.2.0), and from the frozen 0.1.0
-//! contract (`wit/compat/policy-0.1.0.wit`) for components built before it.
+//! Host bindings generated from `wit/policy.wit` (contract 0.3.0), and from the frozen 0.2.0 and
+//! 0.1.0 contracts (`wit/compat/`) for components built before it.
 //!
 //! One world with every hook is generated per version; a component that implements only some
 //! hooks is still usable because each exported interface is looked up on its own (see
-//! [`crate::engine::CompiledPolicy`]). The two versions differ only in the verdict record
-//! (0.2.0 added `recheck-at`); [`v0_1`] converts its types into the current ones, so the rest
-//! of the engine knows one set of types.
+//! [`crate::engine::CompiledPolicy`]). 0.2.0 has the same types as 0.3.0 (0.3.0 only added the
+//! `cluster` import), so [`v0_2`] shares them; 0.1.0 lacks `recheck-at` in the verdict record,
+//! and [`v0_1`] converts its types into the current ones, so the rest of the engine knows one
+//! set of types.
 
 wasmtime::component::bindgen!({
     world: "full-policy",
     path: "../../wit",
+    // A read may trap: one made after the call's deadline ends the call as `timeout`.
+    imports: { "tfjob:policy/cluster": trappable },
 });
 
 pub use exports::tfjob::policy::{classify, decorate, resources, settings};
+pub use tfjob::policy::cluster::{Freshness, Got, Listed, ReadError};
 pub use tfjob::policy::types::{FailureKind, JobContext, Phase, PolicyError, Verdict};
+
+/// The contract as released at 0.2.0: the current types, without the `cluster` import.
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        world: "full-policy",
+        path: "../../wit/compat/policy-0.2.0.wit",
+        with: {
+            "tfjob:policy/types": super::tfjob::policy::types,
+        },
+    });
+
+    pub use exports::tfjob::policy::{classify, decorate, resources, settings};
+
+    impl From<tfjob::policy::log::Level> for super::tfjob::policy::log::Level {
+        fn from(l: tfjob::policy::log::Level) -> super::tfjob::policy::log::Level {
+            use super::tfjob::policy::log::Level as Current;
+            use tfjob::policy::log::Level as L;
+            match l {
+                L::Trace => Current::Trace,
+                L::Debug => Current::Debug,
+                L::Info => Current::Info,
+                L::Warn => Current::Warn,
+                L::Error => Current::Error,
+            }
+        }
+    }
+}
 
 /// The contract as released at 0.1.0.
 pub mod v0_1 {

@@ -114,6 +114,12 @@ impl fmt::Display for Resource {
     }
 }
 
+impl Serialize for Resource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 fn names(resources: impl Iterator<Item = Resource>) -> String {
     resources.map(Resource::name).collect::<Vec<_>>().join(", ")
 }

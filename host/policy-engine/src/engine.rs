@@ -22,8 +22,9 @@ use wasmtime::{
 
 use tfjob_policy_logic::text;
 
-use crate::bindings::{self, classify, decorate, resources, settings, v0_1};
+use crate::bindings::{self, classify, decorate, resources, settings, v0_1, v0_2};
 use crate::clock::WaitPastDeadline;
+use crate::cluster_access::{CallReads, Reader};
 use crate::compiled_cache::CompiledCache;
 use crate::config::{CallLimits, EPOCH_TICK, SandboxLimits};
 use crate::error::{Category, EngineSetupError, EvalError};
@@ -31,7 +32,7 @@ use crate::function_cache::{self, FunctionCache};
 use crate::loaded_budget::Part;
 use crate::preinit;
 use crate::resident;
-use crate::sandbox::{MemoryBudget, Sandbox};
+use crate::sandbox::{MemoryBudget, ReadPastDeadline, Sandbox};
 use crate::tenants::{Share, Tenants};
 
 pub use tfjob_planner::Hook;
@@ -43,7 +44,7 @@ pub struct CompiledPolicy {
     pub size: usize,
     /// Component imports, e.g. `wasi:cli/environment@0.2.x`.
     pub imports: Vec<String>,
-    /// Component exports, e.g. `tfjob:policy/decorate@0.2.0`.
+    /// Component exports, e.g. `tfjob:policy/decorate@0.3.0`.
     pub exports: Vec<String>,
     pre: InstancePre<Sandbox>,
     /// Where the compiled code lives: mapped from a cache file, or held in memory.
@@ -58,10 +59,22 @@ pub struct CompiledPolicy {
     /// Settings documents a background preparation was started for, whatever came of it: each
     /// is tried once, and at most [`MAX_PREPARED`] are.
     tried: Mutex<Vec<Box<str>>>,
-    decorate: Option<Export<decorate::GuestIndices, v0_1::decorate::GuestIndices>>,
-    resources: Option<Export<resources::GuestIndices, v0_1::resources::GuestIndices>>,
-    classify: Option<Export<classify::GuestIndices, v0_1::classify::GuestIndices>>,
-    settings: Option<Export<settings::GuestIndices, v0_1::settings::GuestIndices>>,
+    decorate: Option<
+        Export<decorate::GuestIndices, v0_2::decorate::GuestIndices, v0_1::decorate::GuestIndices>,
+    >,
+    resources: Option<
+        Export<
+            resources::GuestIndices,
+            v0_2::resources::GuestIndices,
+            v0_1::resources::GuestIndices,
+        >,
+    >,
+    classify: Option<
+        Export<classify::GuestIndices, v0_2::classify::GuestIndices, v0_1::classify::GuestIndices>,
+    >,
+    settings: Option<
+        Export<settings::GuestIndices, v0_2::settings::GuestIndices, v0_1::settings::GuestIndices>,
+    >,
 }
 
 /// The most pre-initialised copies one module keeps, one per settings document: beyond it, a
@@ -113,40 +126,53 @@ struct Prepared {
     policy: Arc<CompiledPolicy>,
 }
 
-/// A hook's export, found under the current contract or under 0.1.0.
-enum Export<Current, Compat> {
+/// A hook's export, found under the current contract, under 0.2.0 or under 0.1.0.
+enum Export<Current, V2, V1> {
     Current(Current),
-    V0_1(Compat),
+    V0_2(V2),
+    V0_1(V1),
 }
 
-impl<C, O> Export<C, O> {
-    /// The export under the current contract, else under 0.1.0, else none.
+impl<C, V2, V1> Export<C, V2, V1> {
+    /// The export under the current contract, else under 0.2.0, else under 0.1.0, else none.
     fn find(
         current: wasmtime::Result<C>,
-        compat: impl FnOnce() -> wasmtime::Result<O>,
+        v0_2: impl FnOnce() -> wasmtime::Result<V2>,
+        v0_1: impl FnOnce() -> wasmtime::Result<V1>,
     ) -> Option<Self> {
-        match current {
-            Ok(c) => Some(Export::Current(c)),
-            Err(_) => compat().ok().map(Export::V0_1),
+        if let Ok(c) = current {
+            return Some(Export::Current(c));
+        }
+        if let Ok(c) = v0_2() {
+            return Some(Export::V0_2(c));
+        }
+        v0_1().ok().map(Export::V0_1)
+    }
+
+    /// The contract version the export belongs to.
+    fn version(&self) -> &'static str {
+        match self {
+            Export::Current(_) => "0.3.0",
+            Export::V0_2(_) => "0.2.0",
+            Export::V0_1(_) => "0.1.0",
         }
     }
 }
 
 impl CompiledPolicy {
-    /// The contract version the component was built against: `0.1.0` when its hooks are only
-    /// exported at 0.1.0, else the current one.
+    /// The contract version the component was built against: the oldest its hooks are
+    /// exported at.
     pub fn contract(&self) -> &'static str {
-        let old = [
-            matches!(self.decorate, Some(Export::V0_1(_))),
-            matches!(self.resources, Some(Export::V0_1(_))),
-            matches!(self.classify, Some(Export::V0_1(_))),
-            matches!(self.settings, Some(Export::V0_1(_))),
-        ];
-        if old.contains(&true) {
-            "0.1.0"
-        } else {
-            "0.2.0"
-        }
+        [
+            self.decorate.as_ref().map(Export::version),
+            self.resources.as_ref().map(Export::version),
+            self.classify.as_ref().map(Export::version),
+            self.settings.as_ref().map(Export::version),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or("0.3.0")
     }
 }
 
@@ -337,6 +363,13 @@ impl PolicyEngine {
             |s| s,
         )
         .map_err(|e| EngineSetupError(e.to_string()))?;
+        bindings::tfjob::policy::cluster::add_to_linker::<Sandbox, HasSelf<Sandbox>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| EngineSetupError(e.to_string()))?;
+        v0_2::tfjob::policy::log::add_to_linker::<Sandbox, HasSelf<Sandbox>>(&mut linker, |s| s)
+            .map_err(|e| EngineSetupError(e.to_string()))?;
         v0_1::tfjob::policy::log::add_to_linker::<Sandbox, HasSelf<Sandbox>>(&mut linker, |s| s)
             .map_err(|e| EngineSetupError(e.to_string()))?;
 
@@ -712,18 +745,26 @@ impl PolicyEngine {
             source,
             prepared: ArcSwap::default(),
             tried: Mutex::default(),
-            decorate: Export::find(decorate::GuestIndices::new(&pre), || {
-                v0_1::decorate::GuestIndices::new(&pre)
-            }),
-            resources: Export::find(resources::GuestIndices::new(&pre), || {
-                v0_1::resources::GuestIndices::new(&pre)
-            }),
-            classify: Export::find(classify::GuestIndices::new(&pre), || {
-                v0_1::classify::GuestIndices::new(&pre)
-            }),
-            settings: Export::find(settings::GuestIndices::new(&pre), || {
-                v0_1::settings::GuestIndices::new(&pre)
-            }),
+            decorate: Export::find(
+                decorate::GuestIndices::new(&pre),
+                || v0_2::decorate::GuestIndices::new(&pre),
+                || v0_1::decorate::GuestIndices::new(&pre),
+            ),
+            resources: Export::find(
+                resources::GuestIndices::new(&pre),
+                || v0_2::resources::GuestIndices::new(&pre),
+                || v0_1::resources::GuestIndices::new(&pre),
+            ),
+            classify: Export::find(
+                classify::GuestIndices::new(&pre),
+                || v0_2::classify::GuestIndices::new(&pre),
+                || v0_1::classify::GuestIndices::new(&pre),
+            ),
+            settings: Export::find(
+                settings::GuestIndices::new(&pre),
+                || v0_2::settings::GuestIndices::new(&pre),
+                || v0_1::settings::GuestIndices::new(&pre),
+            ),
             pre,
         }))
     }
@@ -739,6 +780,7 @@ impl PolicyEngine {
                 memory: limits.memory.min(self.limits.memory),
                 tenant: limits.tenant,
             },
+            reader: None,
         }
     }
 
@@ -847,6 +889,7 @@ impl PolicyEngine {
     fn evaluate<R>(
         &self,
         limits: &CallLimits,
+        reads: CallReads,
         pre: &InstancePre<Sandbox>,
         name: &str,
         call: impl FnOnce(
@@ -870,6 +913,7 @@ impl PolicyEngine {
                 budget,
                 self.limits.max_log,
                 limits.deadline,
+                reads,
             ),
         );
         store.limiter(|s| &mut s.limiter);
@@ -880,6 +924,14 @@ impl PolicyEngine {
             .instantiate(&mut store)
             .and_then(|instance| call(&mut store, &instance));
         store.data().flush_output();
+        let stopped_by_sandbox =
+            store.data().limiter.was_hit() || matches!(&result, Err(e) if is_timeout(e));
+        if let Some(failure) = store.data().reads().failure()
+            && !stopped_by_sandbox
+        {
+            // Whatever the guest made of it, the call rests on a read that was not answered.
+            return Err(EvalError::new(failure.category(), failure.to_string()));
+        }
         match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(reported)) if store.data().limiter.was_hit() => Err(EvalError::new(
@@ -928,9 +980,23 @@ impl PolicyEngine {
 pub struct LimitedEngine<'a> {
     engine: &'a PolicyEngine,
     limits: CallLimits,
+    /// What the hooks called through it may read of the cluster (`validate-settings` reads
+    /// nothing: a settings document is valid or not whatever the cluster holds).
+    reader: Option<Reader>,
 }
 
 impl LimitedEngine<'_> {
+    /// The same handle, its hook calls reading the cluster as `reader` allows.
+    pub fn reading(mut self, reader: Reader) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// The reads a hook call through this handle may make.
+    fn reads(&self) -> CallReads {
+        CallReads::new(self.reader.clone().unwrap_or_else(Reader::nothing))
+    }
+
     /// The limits every call through this handle gets.
     pub fn limits(&self) -> CallLimits {
         self.limits.clone()
@@ -954,10 +1020,13 @@ impl LimitedEngine<'_> {
                 ))
             };
         };
-        self.engine
-            .evaluate(&self.limits, &policy.pre, name, |store, instance| {
-                call_validate_settings(indices, store, instance, settings)
-            })
+        self.engine.evaluate(
+            &self.limits,
+            CallReads::new(Reader::nothing()),
+            &policy.pre,
+            name,
+            |store, instance| call_validate_settings(indices, store, instance, settings),
+        )
     }
 
     /// Pre-initialises `policy` for `settings` (see `preinit.rs`): runs
@@ -1050,20 +1119,26 @@ impl LimitedEngine<'_> {
             .settings
             .as_ref()
             .ok_or_else(|| EvalError::new(Category::Link, "the policy has no validate-settings"))?;
-        let image = engine.evaluate(&self.limits, &policy.pre, name, |store, instance| {
-            if let Err(refused) = call_validate_settings(indices, store, instance, settings)? {
-                return Ok(Err(refused));
-            }
-            let memory = store.data().limiter.granted();
-            if memory > MAX_PREPARED_MEMORY {
-                return Ok(Ok(Err(memory)));
-            }
-            // The policy's own code is done: the reads get their own deadline.
-            store.set_epoch_deadline(
-                SNAPSHOT_DEADLINE.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64
-            );
-            preinit::snapshot(&instrumented, store, *instance).map(|image| Ok(Ok(image)))
-        })?;
+        let image = engine.evaluate(
+            &self.limits,
+            CallReads::new(Reader::nothing()),
+            &policy.pre,
+            name,
+            |store, instance| {
+                if let Err(refused) = call_validate_settings(indices, store, instance, settings)? {
+                    return Ok(Err(refused));
+                }
+                let memory = store.data().limiter.granted();
+                if memory > MAX_PREPARED_MEMORY {
+                    return Ok(Ok(Err(memory)));
+                }
+                // The policy's own code is done: the reads get their own deadline.
+                store.set_epoch_deadline(
+                    SNAPSHOT_DEADLINE.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64,
+                );
+                preinit::snapshot(&instrumented, store, *instance).map(|image| Ok(Ok(image)))
+            },
+        )?;
         let image = image.map_err(|memory| {
             EvalError::new(
                 Category::Memory,
@@ -1091,17 +1166,17 @@ impl LimitedEngine<'_> {
 
     /// Runs `call` with `hook`'s export (found by `export`) in a fresh instance of the copy of
     /// `policy` prepared for `settings`, or of `policy` itself when there is none.
-    fn call_hook<Current, Compat, R>(
+    fn call_hook<Current, V2, V1, R>(
         &self,
         policy: &CompiledPolicy,
         settings: &str,
         name: &str,
         (hook, export): (
             Hook,
-            impl Fn(&CompiledPolicy) -> &Option<Export<Current, Compat>>,
+            impl Fn(&CompiledPolicy) -> &Option<Export<Current, V2, V1>>,
         ),
         call: impl FnOnce(
-            &Export<Current, Compat>,
+            &Export<Current, V2, V1>,
             &mut Store<Sandbox>,
             &Instance,
         ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
@@ -1109,10 +1184,13 @@ impl LimitedEngine<'_> {
         let prepared = policy.prepared_for(settings);
         let policy = prepared.as_deref().unwrap_or(policy);
         let indices = self::hook(export(policy), hook)?;
-        self.engine
-            .evaluate(&self.limits, &policy.pre, name, |store, instance| {
-                call(indices, store, instance)
-            })
+        self.engine.evaluate(
+            &self.limits,
+            self.reads(),
+            &policy.pre,
+            name,
+            |store, instance| call(indices, store, instance),
+        )
     }
 
     /// Calls `decorate-pod`; returns the decorated pod's JSON.
@@ -1132,6 +1210,12 @@ impl LimitedEngine<'_> {
             (Hook::Decorate, |p| &p.decorate),
             |indices, store, instance| match indices {
                 Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                ),
+                Export::V0_2(i) => i.load(&mut *store, instance)?.call_decorate_pod(
                     &mut *store,
                     ctx,
                     settings,
@@ -1165,6 +1249,13 @@ impl LimitedEngine<'_> {
             (Hook::Resources, |p| &p.resources),
             |indices, store, instance| match indices {
                 Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    container,
+                    requirements,
+                ),
+                Export::V0_2(i) => i.load(&mut *store, instance)?.call_override_resources(
                     &mut *store,
                     ctx,
                     settings,
@@ -1211,6 +1302,13 @@ impl LimitedEngine<'_> {
                     pod,
                     now,
                 ),
+                Export::V0_2(i) => i.load(&mut *store, instance)?.call_classify_pod(
+                    &mut *store,
+                    ctx,
+                    settings,
+                    pod,
+                    now,
+                ),
                 Export::V0_1(i) => Ok(i
                     .load(&mut *store, instance)?
                     .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
@@ -1240,6 +1338,13 @@ impl Drop for PolicyEngine {
     }
 }
 
+/// Whether a trap is the deadline's: the epoch interrupt, or a timer or read past it.
+fn is_timeout(error: &wasmtime::Error) -> bool {
+    error.downcast_ref::<WaitPastDeadline>().is_some()
+        || error.downcast_ref::<ReadPastDeadline>().is_some()
+        || matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt))
+}
+
 /// Names what stopped a call that trapped: the memory cap, the deadline, or the guest itself.
 fn categorise(
     limits: &CallLimits,
@@ -1257,6 +1362,12 @@ fn categorise(
         return EvalError::new(
             Category::Timeout,
             format!("deadline of {:?} exceeded: {wait}", limits.deadline),
+        );
+    }
+    if let Some(read) = error.downcast_ref::<ReadPastDeadline>() {
+        return EvalError::new(
+            Category::Timeout,
+            format!("deadline of {:?} exceeded: {read}", limits.deadline),
         );
     }
     match error.downcast_ref::<Trap>() {
@@ -1287,13 +1398,20 @@ fn memory_exceeded(limits: &CallLimits, share: Option<&Share>) -> String {
 
 /// Calls `validate-settings` in `instance`; a refusal is `invalid-settings`.
 fn call_validate_settings(
-    indices: &Export<settings::GuestIndices, v0_1::settings::GuestIndices>,
+    indices: &Export<
+        settings::GuestIndices,
+        v0_2::settings::GuestIndices,
+        v0_1::settings::GuestIndices,
+    >,
     store: &mut Store<Sandbox>,
     instance: &Instance,
     settings: &str,
 ) -> wasmtime::Result<Result<(), bindings::PolicyError>> {
     let verdict = match indices {
         Export::Current(i) => i
+            .load(&mut *store, instance)?
+            .call_validate_settings(&mut *store, settings)?,
+        Export::V0_2(i) => i
             .load(&mut *store, instance)?
             .call_validate_settings(&mut *store, settings)?,
         Export::V0_1(i) => i
@@ -1312,7 +1430,7 @@ fn hook<T>(indices: &Option<T>, hook: Hook) -> Result<&T, EvalError> {
         EvalError::new(
             Category::Link,
             format!(
-                "the policy does not export {} (nor its 0.1.0 version)",
+                "the policy does not export {} (nor its 0.2.0 or 0.1.0 version)",
                 hook.interface()
             ),
         )

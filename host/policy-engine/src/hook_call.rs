@@ -2,8 +2,8 @@
 //!
 //! The operator's pipeline ([`crate::policies::WasmPolicies`]), `policy test`, its suites and
 //! `policy diff` all reach a policy through these three functions, so a hook's steps are written
-//! once: the call within the policy's own limits, the decoding of its output, and the check of
-//! that output (the mutation guard after decoration, the verdict guard after classification).
+//! once: the call within the policy's own limits and with the cluster reads it was granted, the
+//! decoding of its output, and the check of that output (the mutation guard after decoration, the verdict guard after classification).
 //! Every failure carries the category the operator reports. Breakers, metrics and notes belong
 //! to the pipeline around a call and live in [`crate::policies`].
 
@@ -15,8 +15,12 @@ use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_planner::{PodContext, Verdict};
 use tfjob_policy_logic::text;
 
+use std::sync::Arc;
+
 use crate::bindings::{self, JobContext};
-use crate::engine::PolicyEngine;
+use crate::cluster_access::{ReadBounds, Reader};
+use crate::cluster_cache::ClusterCache;
+use crate::engine::{LimitedEngine, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::registry::ActivePolicy;
 use crate::{guard, verdict_guard};
@@ -41,15 +45,40 @@ pub fn job_context(ctx: &PodContext) -> JobContext {
     }
 }
 
+/// Where a policy call runs: the engine, and the cluster objects policies read.
+#[derive(Clone, Copy)]
+pub struct Caller<'a> {
+    pub engine: &'a PolicyEngine,
+    pub cluster: &'a Arc<ClusterCache>,
+}
+
+impl<'a> Caller<'a> {
+    /// The engine within `p`'s limits, reading what `p` was granted for the job of `ctx`.
+    fn limited(self, p: &ActivePolicy, ctx: &JobContext) -> LimitedEngine<'a> {
+        let limited = self.engine.limited(p.limits.clone());
+        if p.reads.is_empty() {
+            return limited;
+        }
+        limited.reading(Reader {
+            grants: Arc::clone(&p.reads),
+            job_namespace: ctx.namespace.clone(),
+            job_name: ctx.job_name.clone(),
+            policy_namespace: p.manifest.tenant.clone(),
+            cache: Arc::clone(self.cluster),
+            bounds: ReadBounds::default(),
+        })
+    }
+}
+
 /// Calls `decorate-pod` on `pod` and returns the decorated pod, as the guard accepted it
 /// against the policy's allowed paths.
 pub fn decorate(
-    engine: &PolicyEngine,
+    caller: Caller<'_>,
     p: &ActivePolicy,
     ctx: &JobContext,
     pod: &Value,
 ) -> Result<Value, EvalError> {
-    let text = engine.limited(p.limits.clone()).decorate(
+    let text = caller.limited(p, ctx).decorate(
         &p.compiled,
         p.name(),
         ctx,
@@ -84,13 +113,13 @@ pub fn decorate(
 /// and returns the new requirements, decoded as `ResourceRequirements` and encoded again (so
 /// fields the type does not know are dropped, as the API server would).
 pub fn resources(
-    engine: &PolicyEngine,
+    caller: Caller<'_>,
     p: &ActivePolicy,
     ctx: &JobContext,
     container: &str,
     requirements: &Value,
 ) -> Result<Value, EvalError> {
-    let text = engine.limited(p.limits.clone()).override_resources(
+    let text = caller.limited(p, ctx).override_resources(
         &p.compiled,
         p.name(),
         ctx,
@@ -109,7 +138,7 @@ pub fn resources(
 
 /// [`resources`] for every init and regular container of `pod`, in place.
 pub fn resources_of_pod(
-    engine: &PolicyEngine,
+    caller: Caller<'_>,
     p: &ActivePolicy,
     ctx: &JobContext,
     pod: &mut Value,
@@ -131,7 +160,7 @@ pub fn resources_of_pod(
                 .get("resources")
                 .cloned()
                 .unwrap_or_else(|| serde_json::json!({}));
-            container["resources"] = resources(engine, p, ctx, &name, &current)?;
+            container["resources"] = resources(caller, p, ctx, &name, &current)?;
         }
     }
     Ok(())
@@ -160,12 +189,12 @@ impl Observed<'_> {
 /// Calls `classify-pod` and returns the verdict, attributed to the policy's label, as the
 /// verdict guard accepted it against the pod.
 pub fn classify(
-    engine: &PolicyEngine,
+    caller: Caller<'_>,
     p: &ActivePolicy,
     ctx: &JobContext,
     observed: &Observed<'_>,
 ) -> Result<Verdict, EvalError> {
-    let verdict = engine.limited(p.limits.clone()).classify(
+    let verdict = caller.limited(p, ctx).classify(
         &p.compiled,
         p.name(),
         ctx,

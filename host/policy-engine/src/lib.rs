@@ -18,6 +18,8 @@ pub mod bindings;
 pub mod breaker;
 pub mod capabilities;
 pub mod clock;
+pub mod cluster_access;
+pub mod cluster_cache;
 pub mod cluster_objects;
 pub mod cluster_reads;
 pub mod compiled_cache;

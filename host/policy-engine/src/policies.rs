@@ -32,10 +32,11 @@ use tfjob_policy_logic::text;
 
 use crate::bindings;
 use crate::breaker::Breakers;
+use crate::cluster_cache::ClusterCache;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::field_diff::{self, FieldDifference};
-use crate::hook_call::{self, Observed};
+use crate::hook_call::{self, Caller, Observed};
 use crate::metrics::PolicyMetrics;
 use crate::registry::{ActivePolicy, FailurePolicy, PolicyMode, PolicySet, Registry};
 use crate::verdict_cache::{VerdictCache, VerdictKey};
@@ -56,6 +57,8 @@ pub struct WasmPolicies {
     /// The policies' circuit breakers, shared by every pinned view too: a failure counts
     /// whichever reconcile saw it.
     breakers: Breakers,
+    /// The cluster objects policies that declared reads are answered from.
+    cluster: Arc<ClusterCache>,
 }
 
 /// Event reason of the note a job gets when a policy was not called because it is tripped.
@@ -70,11 +73,26 @@ impl WasmPolicies {
             fallback: NativePolicies::default(),
             verdicts: Arc::default(),
             breakers: Breakers::default(),
+            cluster: Arc::default(),
         }
     }
 
     /// Uses `breakers` (shared with whoever else holds a clone, e.g. the policy sync reporting
     /// them) instead of breakers of its own with the default settings.
+    /// Answers the cluster reads of policies from `cluster` (the operator's shared caches).
+    pub fn with_cluster(mut self, cluster: Arc<ClusterCache>) -> WasmPolicies {
+        self.cluster = cluster;
+        self
+    }
+
+    /// Where the policies' calls run.
+    fn caller(&self) -> Caller<'_> {
+        Caller {
+            engine: &self.engine,
+            cluster: &self.cluster,
+        }
+    }
+
     pub fn with_breakers(mut self, breakers: Breakers) -> WasmPolicies {
         if let Some(m) = &self.metrics {
             breakers.set_metrics(m.clone());
@@ -209,10 +227,10 @@ impl WasmPolicies {
                 None => (current, current),
             };
             let result = self.measured(p, hook, || match hook {
-                Hook::Decorate => hook_call::decorate(&self.engine, p, wit_ctx, input),
+                Hook::Decorate => hook_call::decorate(self.caller(), p, wit_ctx, input),
                 _ => {
                     let mut candidate = input.clone();
-                    hook_call::resources_of_pod(&self.engine, p, wit_ctx, &mut candidate)
+                    hook_call::resources_of_pod(self.caller(), p, wit_ctx, &mut candidate)
                         .map(|()| candidate)
                 }
             });
@@ -315,6 +333,7 @@ impl PodPolicies for WasmPolicies {
             fallback: NativePolicies::default(),
             verdicts: Arc::clone(&self.verdicts),
             breakers: self.breakers.clone(),
+            cluster: Arc::clone(&self.cluster),
         }))
     }
 
@@ -364,7 +383,7 @@ impl PodPolicies for WasmPolicies {
         let mut steps = Vec::new();
         for p in set.enforced(Hook::Decorate, &ctx.namespace, &ctx.job_labels) {
             let result = self.measured(p, Hook::Decorate, || {
-                hook_call::decorate(&self.engine, p, &wit_ctx, &current)
+                hook_call::decorate(self.caller(), p, &wit_ctx, &current)
             });
             let result = result.map(|out| {
                 if keep_decorate {
@@ -392,7 +411,7 @@ impl PodPolicies for WasmPolicies {
         for p in set.enforced(Hook::Resources, &ctx.namespace, &ctx.job_labels) {
             let mut candidate = current.clone();
             let result = self.measured(p, Hook::Resources, || {
-                hook_call::resources_of_pod(&self.engine, p, &wit_ctx, &mut candidate)
+                hook_call::resources_of_pod(self.caller(), p, &wit_ctx, &mut candidate)
             });
             let result = result.map(|()| {
                 if keep_resources {
@@ -446,8 +465,13 @@ impl PodPolicies for WasmPolicies {
         let set = self.registry.snapshot();
         let mut notes = Vec::new();
         self.check_unavailable(&set, Hook::Classify, ctx, &mut notes)?;
-        // A configured policy that never loaded has something to say every time: no reuse.
-        let mut reusable = notes.is_empty();
+        // A configured policy that never loaded has something to say every time, and a policy
+        // that reads the cluster decides on objects the pod's version does not cover: no reuse.
+        let mut reusable = notes.is_empty()
+            && set
+                .enforced(Hook::Classify, &ctx.namespace, &ctx.job_labels)
+                .chain(set.shadowing(Hook::Classify, &ctx.namespace, &ctx.job_labels))
+                .all(|p| p.reads.is_empty());
         let key = match (&pod.metadata.uid, &pod.metadata.resource_version) {
             (Some(uid), Some(rv)) if reusable => {
                 let policies = set
@@ -480,7 +504,7 @@ impl PodPolicies for WasmPolicies {
         };
         let run = |p: &ActivePolicy| {
             self.measured(p, Hook::Classify, || {
-                hook_call::classify(&self.engine, p, &wit_ctx, &observed)
+                hook_call::classify(self.caller(), p, &wit_ctx, &observed)
             })
         };
         let mut decided = None;

@@ -308,6 +308,8 @@ pub struct ActivePolicy {
     /// Its deadline and memory cap per call: the operator's, or the manifest's smaller ones.
     pub limits: CallLimits,
     pub compiled: Arc<CompiledPolicy>,
+    /// The cluster reads it was granted (none unless its manifest declares `reads`).
+    pub reads: Arc<[ReadGrant]>,
     /// [`ActivePolicy::fingerprint`], hashed once: every call asks for it (its breaker, the
     /// verdict cache).
     fingerprint: String,
@@ -336,6 +338,7 @@ impl ActivePolicy {
             allowed,
             limits,
             compiled,
+            reads: Arc::from([]),
             fingerprint: hex::encode(h.finalize()),
             reservation: None,
         }
@@ -397,7 +400,7 @@ pub fn activate_checked(
     wasm: &[u8],
 ) -> Result<ActivePolicy, ActivationError> {
     let allowed = manifest.validate(&engine.limits().ceiling)?;
-    manifest.grant_reads(&engine.limits().reads)?;
+    let reads = manifest.grant_reads(&engine.limits().reads)?;
     let mut limits = engine
         .limits()
         .narrow(manifest.deadline_ms, manifest.memory_mib)?;
@@ -423,9 +426,9 @@ pub fn activate_checked(
         .limited(limits.clone())
         .validate_settings(&compiled, &manifest.name, &settings)
         .map_err(ActivationError::Settings)?;
-    Ok(ActivePolicy::new(
-        manifest, settings, allowed, limits, compiled,
-    ))
+    let mut active = ActivePolicy::new(manifest, settings, allowed, limits, compiled);
+    active.reads = reads.into();
+    Ok(active)
 }
 
 /// A configured policy that never loaded: nothing serves its name, so the jobs it selects
@@ -540,19 +543,20 @@ impl PolicySet {
 #[derive(Debug)]
 pub struct Registry {
     current: ArcSwap<PolicySet>,
+    /// Told of every swap, for what follows the active set (the caches policies read).
+    swapped: tokio::sync::watch::Sender<()>,
 }
 
 impl Registry {
     pub fn new(set: PolicySet) -> Registry {
-        Registry {
-            current: ArcSwap::from_pointee(set),
-        }
+        Registry::fixed(Arc::new(set))
     }
 
     /// A registry that keeps serving `set` (shared, not copied).
     pub fn fixed(set: Arc<PolicySet>) -> Registry {
         Registry {
             current: ArcSwap::new(set),
+            swapped: tokio::sync::watch::Sender::new(()),
         }
     }
 
@@ -563,6 +567,12 @@ impl Registry {
     /// Replaces the set; evaluations in flight finish with the one they started with.
     pub fn swap(&self, set: PolicySet) {
         self.current.store(Arc::new(set));
+        self.swapped.send_replace(());
+    }
+
+    /// Changes once per [`Registry::swap`] (a receiver sees at least the latest).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.swapped.subscribe()
     }
 }
 

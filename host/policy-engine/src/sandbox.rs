@@ -1,5 +1,5 @@
 //! The per-evaluation store data: a WASI context with no ambient authority, captured output,
-//! the memory limiter and the host side of the `log` import.
+//! the memory limiter, and the host side of the `log` and `cluster` imports.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,7 +10,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::bindings::tfjob::policy::cluster::{
+    Freshness, Got, Host as ClusterHost, Listed, ReadError,
+};
 use crate::bindings::tfjob::policy::log::{Host as LogHost, Level};
+use crate::cluster_access::{CallReads, ReadFailure};
+use crate::cluster_cache;
 
 /// Store data of one evaluation.
 pub struct Sandbox {
@@ -23,6 +28,8 @@ pub struct Sandbox {
     log: LogBudget,
     /// When the call must be over; timers past it are refused (see [`crate::clock`]).
     deadline: Instant,
+    /// What the call may read of the cluster, and what it read.
+    reads: CallReads,
 }
 
 impl Sandbox {
@@ -35,6 +42,7 @@ impl Sandbox {
         budget: MemoryBudget,
         max_log: usize,
         deadline: Duration,
+        reads: CallReads,
     ) -> Sandbox {
         let stdout = MemoryOutputPipe::new(max_log);
         let stderr = MemoryOutputPipe::new(max_log);
@@ -54,7 +62,21 @@ impl Sandbox {
             policy,
             log: LogBudget::new(max_log),
             deadline: Instant::now() + deadline,
+            reads,
         }
+    }
+
+    /// The call's cluster reads.
+    pub fn reads(&self) -> &CallReads {
+        &self.reads
+    }
+
+    /// The reads of a call, once the deadline is checked: a read past it ends the call.
+    fn reading(&mut self) -> wasmtime::Result<&mut CallReads> {
+        if Instant::now() >= self.deadline {
+            return Err(wasmtime::Error::new(ReadPastDeadline));
+        }
+        Ok(&mut self.reads)
     }
 
     /// When the call must be over.
@@ -103,6 +125,79 @@ impl LogHost for Sandbox {
             Level::Warn => tracing::warn!(policy, fields, "{message}"),
             Level::Error => tracing::error!(policy, fields, "{message}"),
         }
+    }
+}
+
+/// A read was asked for after the call's deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the policy read the cluster past its deadline")]
+pub struct ReadPastDeadline;
+
+impl From<ReadFailure> for ReadError {
+    fn from(f: ReadFailure) -> ReadError {
+        match f {
+            ReadFailure::Denied(m) => ReadError::Denied(m),
+            ReadFailure::Unavailable(m) => ReadError::Unavailable(m),
+            ReadFailure::TooManyReads(m) => ReadError::TooManyReads(m),
+            ReadFailure::TooLarge(m) => ReadError::TooLarge(m),
+            ReadFailure::Invalid(m) => ReadError::Invalid(m),
+        }
+    }
+}
+
+fn freshness(f: cluster_cache::Freshness) -> Freshness {
+    Freshness {
+        synced: f.synced,
+        resource_version: f.resource_version,
+    }
+}
+
+impl ClusterHost for Sandbox {
+    fn get(
+        &mut self,
+        resource: String,
+        namespace: String,
+        name: String,
+    ) -> wasmtime::Result<Result<Got, ReadError>> {
+        Ok(self
+            .reading()?
+            .get(&resource, &namespace, &name)
+            .map(|(object, f)| Got {
+                object: object.map(|o| o.to_string()),
+                freshness: freshness(f),
+            })
+            .map_err(Into::into))
+    }
+
+    fn list(
+        &mut self,
+        resource: String,
+        namespace: String,
+        label_selector: String,
+        limit: u32,
+    ) -> wasmtime::Result<Result<Listed, ReadError>> {
+        Ok(self
+            .reading()?
+            .list(&resource, &namespace, &label_selector, limit)
+            .map(|(items, more, f)| Listed {
+                items: items.iter().map(|o| o.to_string()).collect(),
+                more,
+                freshness: freshness(f),
+            })
+            .map_err(Into::into))
+    }
+}
+
+/// Components built against contract 0.2.0 import `log@0.2.0`: the same records, the same
+/// budget.
+impl crate::bindings::v0_2::tfjob::policy::log::Host for Sandbox {
+    fn log(
+        &mut self,
+        level: crate::bindings::v0_2::tfjob::policy::log::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) {
+        LogHost::log(self, level.into(), message, fields);
     }
 }
 

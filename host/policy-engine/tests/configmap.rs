@@ -218,7 +218,7 @@ fn a_module_missing_a_declared_hook_is_refused() {
     assert_eq!(err.step(), "hooks");
     assert!(
         err.to_string()
-            .contains("does not export tfjob:policy/decorate@0.2.0"),
+            .contains("does not export tfjob:policy/decorate@0.3.0"),
         "{err}"
     );
 }

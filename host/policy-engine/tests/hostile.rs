@@ -315,7 +315,7 @@ fn modules_that_are_not_policies_are_link_errors() {
     };
     let err = activate(engine(), manifest, defaults::for_hook(Hook::Classify).wasm).unwrap_err();
     assert_eq!(err.category, Category::Link);
-    assert!(err.message.contains("tfjob:policy/decorate@0.2.0"), "{err}");
+    assert!(err.message.contains("tfjob:policy/decorate@0.3.0"), "{err}");
 }
 
 #[test]
@@ -1010,7 +1010,7 @@ fn components_built_against_contract_0_1_0_run_every_hook_and_their_verdicts_are
         "{:?}",
         old.exports
     );
-    assert_eq!(hostile().contract(), "0.2.0");
+    assert_eq!(hostile().contract(), "0.3.0");
 
     let settings = r#"{"mode": "ok"}"#;
     let limited = engine().limited(engine().limits().call_limits());

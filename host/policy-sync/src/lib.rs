@@ -8,10 +8,12 @@
 //! snapshot atomically: reconciles in flight finish with the snapshot they started with. A
 //! version that fails keeps the previous one serving ([`sources`] holds those rules), and every
 //! ConfigMap carries its status in the `policy.tfjob.dev/status` annotation. [`scope`] bounds what
-//! a ConfigMap may reach by the namespace it lives in.
+//! a ConfigMap may reach by the namespace it lives in. [`read_caches`] keeps one watch per
+//! resource the active policies read, feeding the caches their cluster reads are answered from.
 
 pub mod metrics;
 pub mod pulls;
+pub mod read_caches;
 pub mod scope;
 pub mod sources;
 pub mod watch;

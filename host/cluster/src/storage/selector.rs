@@ -28,18 +28,7 @@ const SUPPORTED_FIELDS: &[&str] = &[
     "involvedObject.uid",
 ];
 
-/// An object's labels (`metadata.labels`; values that are not strings left out).
-pub fn labels(object: &Value) -> std::collections::BTreeMap<String, String> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use tfjob_policy_logic::label_selector::labels;
 
 /// Parses a label selector; a malformed one is a 400 naming the requirement.
 pub fn label_selector(text: &str) -> Result<LabelSelector, ApiError> {

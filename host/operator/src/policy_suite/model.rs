@@ -86,10 +86,13 @@ pub enum FailureCategory {
     /// The operator's breaker refused the call; a suite calls the engine without breakers, so
     /// no case fails this way, but every category of the operator has its name here.
     Tripped,
+    ReadDenied,
+    ReadLimit,
+    ReadInvalid,
 }
 
 impl FailureCategory {
-    pub(crate) const ALL: [FailureCategory; 9] = [
+    pub(crate) const ALL: [FailureCategory; 12] = [
         FailureCategory::InvalidSettings,
         FailureCategory::GuardViolation,
         FailureCategory::InvalidOutput,
@@ -99,6 +102,9 @@ impl FailureCategory {
         FailureCategory::Link,
         FailureCategory::Unavailable,
         FailureCategory::Tripped,
+        FailureCategory::ReadDenied,
+        FailureCategory::ReadLimit,
+        FailureCategory::ReadInvalid,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -112,6 +118,9 @@ impl FailureCategory {
             FailureCategory::Link => "link",
             FailureCategory::Unavailable => "unavailable",
             FailureCategory::Tripped => "tripped",
+            FailureCategory::ReadDenied => "read-denied",
+            FailureCategory::ReadLimit => "read-limit",
+            FailureCategory::ReadInvalid => "read-invalid",
         }
     }
 
@@ -145,6 +154,9 @@ impl From<Category> for FailureCategory {
             Category::Link => FailureCategory::Link,
             Category::Unavailable => FailureCategory::Unavailable,
             Category::Tripped => FailureCategory::Tripped,
+            Category::ReadDenied => FailureCategory::ReadDenied,
+            Category::ReadLimit => FailureCategory::ReadLimit,
+            Category::ReadInvalid => FailureCategory::ReadInvalid,
         }
     }
 }

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use tfjob_policy_engine::hook_call::job_context;
+use tfjob_policy_engine::hook_call::{Caller, job_context};
 use tfjob_policy_engine::{EvalError, Hook, PolicyEngine, SandboxLimits};
 
 use crate::policy_hooks::{HookInput, PolicySource, container, policy_source, run_hook};
@@ -189,7 +190,13 @@ pub(crate) fn run_case(engine: &PolicyEngine, source: &PolicySource, case: &Case
             now: case.now.unwrap_or_else(jiff::Timestamp::now),
         },
     };
-    run_hook(engine, &active, &ctx, input)
+    // No `cluster:` fixtures yet: every read of a case is answered `unavailable`.
+    let cluster = Arc::default();
+    let caller = Caller {
+        engine,
+        cluster: &cluster,
+    };
+    run_hook(caller, &active, &ctx, input)
         .map(|out| out.into_json())
         .map_err(Failure::from)
 }

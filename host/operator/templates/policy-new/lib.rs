@@ -1,5 +1,5 @@
 //! The `{{name}}` policy for the TFJob operator: a WebAssembly component (`wasm32-wasip2`)
-//! implementing the `tfjob:policy@0.2.0` contract for the hooks {{hooks}}.
+//! implementing the `tfjob:policy@0.3.0` contract for the hooks {{hooks}}.
 //!
 {{#decorate}}
 //! - decorate: labels every pod with the team named in the settings (`team`).

@@ -1,5 +1,5 @@
 """The {{name}} policy for the TFJob operator, in Python: a WebAssembly component built with
-componentize-py, implementing the `tfjob:policy@0.2.0` contract for the hooks {{hooks}}.
+componentize-py, implementing the `tfjob:policy@0.3.0` contract for the hooks {{hooks}}.
 
 {{#decorate}}
 - decorate: labels every pod with the team named in the settings (`team`).
