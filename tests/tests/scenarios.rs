@@ -1888,6 +1888,103 @@ fn policy_verdicts_fail_or_restart_pods() {
     });
 }
 
+/// How long the default classification lets a pod stay unschedulable before comparing it
+/// with the nodes, shortened for the test.
+const UNSCHEDULABLE_GRACE: &str = "2s";
+
+/// The default policies reading the cluster, as `--policy-config` turns them on: the
+/// decoration copies the namespace's `team` label onto pods; the classification fails a pod
+/// that fits no node (64 cpus each here) and no declared pool (256 cpus) past its grace period,
+/// and lets one wait that fits the pool.
+#[test]
+fn default_policies_that_read_the_cluster() {
+    let config = format!(
+        "default-decorate:\n  settings:\n    namespaceLabels: [team]\n\
+         default-classify:\n  settings:\n    failUnschedulable:\n      gracePeriod: {UNSCHEDULABLE_GRACE}\n\
+         \x20     nodePools:\n      - {{name: big-cpu, labels: {{pool: big}}, allocatable: {{cpu: \"256\", memory: 1Ti}}}}\n"
+    );
+    let cluster = start(common::policies_with_config(&config));
+    run(&cluster, "readers", |ns| {
+        vec![
+            scenario("too big for any node", &["too-big"], too_big_fails(ns)),
+            scenario("fits a node", &["fits"], fitting_runs(ns)),
+            scenario("fits a declared pool", &["pooled"], pooled_waits(ns)),
+        ]
+    });
+}
+
+/// A worker asking for `cpu` cpus, on nodes labelled `selector` if given.
+fn asking(cpu: &str, selector: Option<Value>) -> Value {
+    let mut worker = replica(1, "Never", &[("duration", "1s")]);
+    worker["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu}});
+    if let Some(selector) = selector {
+        worker["template"]["spec"]["nodeSelector"] = selector;
+    }
+    json!({"tfReplicaSpecs": {"Worker": worker}})
+}
+
+async fn label_namespace(ns: &Ns) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ns.client.clone());
+    namespaces
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "vision"}}})),
+        )
+        .await
+        .expect("the namespace is labelled");
+}
+
+async fn too_big_fails(ns: &Ns) {
+    const S: &str = "a worker asking 300 cpus of nodes with 64 and a pool with 256 fails for good";
+    let j = ns.submit(S, "too-big", asking("300", None)).await;
+    let job = j.until_true(Failed).await;
+    // The classifier's reason reaches the job's events (as `kubectl describe` shows them).
+    let why = "the pod can never be scheduled: it requests cpu 300; the largest node or node pool \
+               offers 256 (pool/big-cpu)";
+    let events = j.events().await;
+    assert!(
+        events.iter().any(|(_, _, note)| note.contains(why)),
+        "[{S}] {events:?}; Failed: {}",
+        message(&job, Failed)
+    );
+    let pods = j.pods().await;
+    assert_eq!(phase(&pods[0]), "Pending", "[{S}] the pod never ran");
+}
+
+async fn fitting_runs(ns: &Ns) {
+    const S: &str = "a worker that fits runs, labelled with its namespace's team";
+    label_namespace(ns).await;
+    let j = ns.submit(S, "fits", asking("2", None)).await;
+    j.until_true(Succeeded).await;
+    let pods = j.pods().await;
+    let labels = pods[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("team").map(String::as_str),
+        Some("vision"),
+        "[{S}] {labels:?}"
+    );
+}
+
+async fn pooled_waits(ns: &Ns) {
+    const S: &str = "a worker that fits only a declared pool waits";
+    let j = ns
+        .submit(S, "pooled", asking("200", Some(json!({"pool": "big"}))))
+        .await;
+    let pods = j.until_pods("a pending pod", |pods| !pods.is_empty()).await;
+    let since = tokio::time::Instant::now();
+    // Well past the grace period, and classified again and again meanwhile, it still waits.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let job = ns.jobs.get("pooled").await.expect("the job");
+    assert!(
+        !is_true(&job, Failed),
+        "[{S}] failed after {:?}: {:?}",
+        since.elapsed(),
+        job.status
+    );
+    assert_eq!(phase(&j.pods().await[0]), "Pending", "[{S}] {pods:?}");
+}
+
 /// An image pull back-off is a retryable failure once past the grace period: under Never the
 /// replica has failed, and so has the job.
 async fn pull_back_off_fails(ns: &Ns) {

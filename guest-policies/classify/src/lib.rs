@@ -7,11 +7,19 @@
 //! `{}` or an empty settings document mean the defaults. Only the pod's metadata and status
 //! are decoded (see `tfjob_policy_sdk::convert::observed_pod_from_json`), which keeps the
 //! component small; the classification rules never read the spec.
+//!
+//! With `failUnschedulable` set, a pod the scheduler has found no room for since longer than
+//! the grace period is compared with the nodes (read from the cluster; the operator grants the
+//! read for those settings) and the declared node pools: one that fits none fails for good
+//! (`tfjob_policy_logic::never_fits`). Only then are the pod's resources and node selector
+//! decoded, and the nodes as small shapes of what the comparison reads.
 
 use tfjob_policy_sdk::logic::classify::classify_pod;
 use tfjob_policy_sdk::logic::classify_settings::ClassifySettingsDoc;
+use tfjob_policy_sdk::logic::never_fits::{self, Due, FailUnschedulable};
+use tfjob_policy_sdk::logic::verdict::Classification;
 use tfjob_policy_sdk::wit::{JobContext, PolicyError, Verdict};
-use tfjob_policy_sdk::{convert, settings};
+use tfjob_policy_sdk::{cluster, convert, serde_json, settings};
 
 /// The component's implementation.
 struct DefaultClassify;
@@ -34,9 +42,52 @@ impl bindings::exports::tfjob::policy::classify::Guest for DefaultClassify {
         let doc = settings::cached::<ClassifySettingsDoc>(&settings)?;
         let settings = doc.to_settings().map_err(PolicyError::InvalidSettings)?;
         // Metadata and status only: classification never reads the spec.
-        let pod = convert::observed_pod_from_json(&pod)?;
+        let observed = convert::observed_pod_from_json(&pod)?;
         let now = convert::timestamp_from_rfc3339("now", &now)?;
-        Ok(classify_pod(&settings, &pod, now).into())
+        let verdict = classify_pod(&settings, &observed, now);
+        match &settings.fail_unschedulable {
+            Some(rule) => judge_unschedulable(rule, verdict, &pod, now).map(Into::into),
+            None => Ok(verdict.into()),
+        }
+    }
+}
+
+/// `verdict` under the `failUnschedulable` rule: a pod waiting for room past the grace period
+/// that fits no node (of those its node selector allows) and no declared pool fails for good.
+fn judge_unschedulable(
+    rule: &FailUnschedulable,
+    mut verdict: Classification,
+    pod: &str,
+    now: tfjob_policy_sdk::jiff::Timestamp,
+) -> Result<Classification, PolicyError> {
+    match never_fits::due(rule, &verdict, now) {
+        Due::No => Ok(verdict),
+        Due::At(end) => {
+            verdict.recheck_at = Some(verdict.recheck_at.map_or(end, |t| t.min(end)));
+            Ok(verdict)
+        }
+        Due::Now => {
+            // Shapes of a few fields, every one defaulted: serde's own errors name enough.
+            let pod: never_fits::PodShape = serde_json::from_str(pod)
+                .map_err(|e| PolicyError::InvalidInput(format!("pod: {e}")))?;
+            let selector = &pod.spec.node_selector;
+            let listed = cluster::list("nodes", "", &never_fits::selector_text(selector), 0)
+                .map_err(|e| {
+                    PolicyError::Failed(format!("reading nodes: {}", cluster::message(&e)))
+                })?;
+            let mut offers = Vec::with_capacity(listed.items.len() + rule.node_pools.len());
+            for item in &listed.items {
+                let node: never_fits::NodeShape = serde_json::from_str(item)
+                    .map_err(|e| PolicyError::InvalidInput(format!("node: {e}")))?;
+                offers.push(never_fits::node_offer(&node));
+            }
+            offers.extend(rule.node_pools.iter().cloned());
+            let requests = never_fits::pod_requests(&pod);
+            Ok(match never_fits::never_fits(&requests, selector, &offers) {
+                Some(why) => never_fits::never_schedulable(verdict, &why),
+                None => verdict,
+            })
+        }
     }
 }
 

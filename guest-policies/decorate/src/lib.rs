@@ -9,14 +9,17 @@
 //! (the same text).
 //! Settings are `DecorateSettings` (schema in `guest-policies/README.md`); `{}` or an empty
 //! document mean the defaults, which add the `TFJOB_*` execution environment variables and
-//! nothing else.
+//! nothing else. With `namespaceLabels` set, the job's Namespace is read from the cluster
+//! (the operator grants the read for those settings) and the listed labels copied.
 
 mod view;
 
 use tfjob_policy_sdk::logic::context::JobContext as Context;
-use tfjob_policy_sdk::logic::decorate::{DecorateSettings, decorate_pod};
-use tfjob_policy_sdk::settings;
+use tfjob_policy_sdk::logic::decorate::{
+    DecorateSettings, copy_namespace_labels, decorate_pod, namespace_labels_of,
+};
 use tfjob_policy_sdk::wit::{JobContext, PolicyError};
+use tfjob_policy_sdk::{cluster, settings};
 
 /// The component's implementation.
 struct DefaultDecorate;
@@ -43,8 +46,19 @@ fn decorate_document(
     pod: &str,
 ) -> Result<String, PolicyError> {
     let document = view::Document::parse(pod)?;
-    let after = document.extract()?;
+    let mut after = document.extract()?;
     let before = view::copy(&after);
+    if !settings.namespace_labels.is_empty() {
+        let got = cluster::get("namespaces", "", &ctx.namespace).map_err(|e| {
+            PolicyError::Failed(format!("reading namespaces: {}", cluster::message(&e)))
+        })?;
+        // A Namespace that is gone has no labels to give.
+        let labels = match got.object {
+            Some(json) => namespace_labels_of(&json).map_err(PolicyError::InvalidInput)?,
+            None => Default::default(),
+        };
+        copy_namespace_labels(&settings.namespace_labels, &labels, &mut after);
+    }
     let after = decorate_pod(settings, ctx, after);
     document.write_back(before, after)
 }

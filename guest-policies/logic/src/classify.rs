@@ -26,6 +26,10 @@ pub struct ClassifySettings {
     /// A pod pending (queued or initializing) longer than this fails retryably; `None` = never.
     pub pod_pending_timeout: Option<Duration>,
     pub oom_killed_is_permanent: bool,
+    /// Fail a pod that can never be scheduled ([`crate::never_fits`]); `None` (the default):
+    /// unschedulable pods wait, as in training-operator 1.9. The comparison needs the nodes,
+    /// which the policy reads itself after [`classify_pod`].
+    pub fail_unschedulable: Option<crate::never_fits::FailUnschedulable>,
 }
 
 impl Default for ClassifySettings {
@@ -36,6 +40,7 @@ impl Default for ClassifySettings {
             create_container_config_error_grace_period: Duration::ZERO,
             pod_pending_timeout: None,
             oom_killed_is_permanent: false,
+            fail_unschedulable: None,
         }
     }
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::ClassifySettings;
 use crate::duration;
+use crate::never_fits::{FailUnschedulable, NodePool};
 use crate::settings::PolicySettings;
 
 /// Settings of the classification policy, as written in JSON.
@@ -27,6 +28,26 @@ pub struct ClassifySettingsDoc {
     pub pod_pending_timeout: String,
     /// Treat `OOMKilled` as a permanent failure instead of a retryable one. Default `false`.
     pub oom_killed_is_permanent: bool,
+    /// Fail a pod that can never be scheduled (its requests exceed every node and every
+    /// declared node pool); absent (the default): unschedulable pods wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_unschedulable: Option<FailUnschedulableDoc>,
+}
+
+/// `failUnschedulable`, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailUnschedulableDoc {
+    /// How long a pod may be unschedulable before it is compared with the nodes. Default `1m`.
+    #[serde(default = "one_minute")]
+    pub grace_period: String,
+    /// Node pools that count whether or not they have nodes now (autoscaled pools at zero).
+    #[serde(default)]
+    pub node_pools: Vec<NodePool>,
+}
+
+fn one_minute() -> String {
+    "1m".into()
 }
 
 impl Default for ClassifySettingsDoc {
@@ -37,6 +58,7 @@ impl Default for ClassifySettingsDoc {
             create_container_config_error_grace_period: "0s".into(),
             pod_pending_timeout: "0s".into(),
             oom_killed_is_permanent: false,
+            fail_unschedulable: None,
         }
     }
 }
@@ -62,6 +84,26 @@ impl ClassifySettingsDoc {
             )?,
             pod_pending_timeout: (!timeout.is_zero()).then_some(timeout),
             oom_killed_is_permanent: self.oom_killed_is_permanent,
+            fail_unschedulable: match &self.fail_unschedulable {
+                None => None,
+                Some(doc) => Some(FailUnschedulable {
+                    grace_period: duration("failUnschedulable.gracePeriod", &doc.grace_period)?,
+                    node_pools: doc
+                        .node_pools
+                        .iter()
+                        .enumerate()
+                        .map(|(i, pool)| {
+                            if pool.name.is_empty() {
+                                return Err(format!(
+                                    "failUnschedulable.nodePools[{i}].name: must not be empty"
+                                ));
+                            }
+                            pool.offer()
+                                .map_err(|e| format!("failUnschedulable.nodePools[{i}].{e}"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                }),
+            },
         })
     }
 }

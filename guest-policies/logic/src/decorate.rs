@@ -78,6 +78,11 @@ pub struct DecorateSettings {
     pub interruptible_node_selector: BTreeMap<String, String>,
     /// Scheduler for pods that do not name one.
     pub scheduler_name: Option<String>,
+    /// Labels of the job's Namespace copied onto its pods, by key (`[team, cost-center]`).
+    /// The policy then reads the Namespace from the cluster (`reads: [{resource: namespaces}]`
+    /// in its manifest, added by the operator when this is set); a label the pod already has
+    /// wins, and a namespace label wins over `defaultLabels`.
+    pub namespace_labels: Vec<String>,
 }
 
 /// What containers using an accelerator resource get.
@@ -175,6 +180,9 @@ impl TolerationSetting {
 impl PolicySettings for DecorateSettings {
     fn validate(&self) -> Result<(), String> {
         check_env_vars("defaultEnvVars", &self.default_env_vars)?;
+        for (i, key) in self.namespace_labels.iter().enumerate() {
+            check_qualified_name(key).map_err(|e| format!("namespaceLabels[{i}]: {e}"))?;
+        }
 
         // Volume names are shared across accelerators: the pod gets each volume once, so two
         // accelerators may name the same volume only if they mean the same host path.
@@ -482,6 +490,37 @@ fn same_toleration(a: &Toleration, b: &Toleration) -> bool {
         && a.toleration_seconds == b.toleration_seconds
 }
 
+/// The labels of a Namespace given as JSON, decoding nothing else of it (a whole
+/// k8s-openapi `ObjectMeta` would add more code to the decoration than it has).
+pub fn namespace_labels_of(json: &str) -> Result<BTreeMap<String, String>, String> {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Shape {
+        metadata: Meta,
+    }
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Meta {
+        labels: BTreeMap<String, String>,
+    }
+    crate::json::from_json::<Shape>("namespace", json).map(|s| s.metadata.labels)
+}
+
+/// Copies the labels named by `keys` from the job's Namespace (`namespace_labels`) onto `pod`,
+/// where the pod does not set them already. Run before [`decorate_pod`], so a namespace's label
+/// wins over the settings' `defaultLabels`.
+pub fn copy_namespace_labels(
+    keys: &[String],
+    namespace_labels: &BTreeMap<String, String>,
+    pod: &mut Pod,
+) {
+    let chosen: BTreeMap<String, String> = keys
+        .iter()
+        .filter_map(|k| Some((k.clone(), namespace_labels.get(k)?.clone())))
+        .collect();
+    fill_missing(&mut pod.metadata.labels, &chosen);
+}
+
 fn fill_missing(target: &mut Option<BTreeMap<String, String>>, extra: &BTreeMap<String, String>) {
     if extra.is_empty() {
         return;
@@ -495,6 +534,40 @@ fn fill_missing(target: &mut Option<BTreeMap<String, String>>, extra: &BTreeMap<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespace_labels_fill_what_the_pod_leaves_unset_and_beat_default_labels() {
+        let settings: DecorateSettings = crate::settings::settings_from_json(
+            r#"{"namespaceLabels": ["team", "cost-center", "absent"], "defaultLabels": {"team": "platform", "tier": "batch"}}"#,
+        )
+        .unwrap();
+        let namespace: BTreeMap<String, String> = [
+            ("team", "vision"),
+            ("cost-center", "cc-42"),
+            ("kubernetes.io/metadata.name", "ml"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        let mut pod = Pod::default();
+        pod.metadata.labels = Some([("cost-center".to_owned(), "own".to_owned())].into());
+        copy_namespace_labels(&settings.namespace_labels, &namespace, &mut pod);
+        let pod = decorate_pod(&settings, &JobContext::default(), pod);
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(
+            labels["team"], "vision",
+            "the namespace's beats the default"
+        );
+        assert_eq!(labels["cost-center"], "own", "the pod's own wins");
+        assert_eq!(labels["tier"], "batch");
+        assert!(
+            !labels.contains_key("absent") && !labels.contains_key("kubernetes.io/metadata.name")
+        );
+        let bad = crate::settings::settings_from_json::<DecorateSettings>(
+            r#"{"namespaceLabels": ["team", "not a key"]}"#,
+        )
+        .unwrap_err();
+        assert!(bad.starts_with("namespaceLabels[1]: "), "{bad}");
+    }
     use crate::context::INTERRUPTIBLE_ANNOTATION;
     use crate::settings::settings_from_json;
     use serde_json::{Value, json};

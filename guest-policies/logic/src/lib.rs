@@ -12,6 +12,7 @@ pub mod duration;
 pub mod json;
 pub mod label_selector;
 pub mod names;
+pub mod never_fits;
 pub mod ordered;
 pub mod quantity;
 pub mod resources;

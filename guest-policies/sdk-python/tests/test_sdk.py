@@ -92,3 +92,12 @@ class VerdictTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ClusterTest(unittest.TestCase):
+    def test_outside_the_sandbox_every_read_is_unavailable(self):
+        for read in (lambda: tp.cluster.namespace("ml"), lambda: tp.cluster.nodes("pool=gpu")):
+            with self.assertRaises(tp.cluster.ReadError) as caught:
+                read()
+            self.assertEqual(caught.exception.kind, "unavailable")
+            self.assertIsInstance(caught.exception, tp.Failed)

@@ -21,7 +21,7 @@ module:
     Settings, Decorate = hooks.Settings, hooks.Decorate
 """
 
-from . import log, pod
+from . import cluster, log, pod
 from .context import Context
 from .errors import Failed, InvalidInput, InvalidSettings, PolicyError
 from .hooks import Policy, exports, parse_time
@@ -37,6 +37,7 @@ __all__ = [
     "PolicyError",
     "SettingsReader",
     "Verdict",
+    "cluster",
     "exports",
     "from_pod_phase",
     "is_label_value",

@@ -104,6 +104,7 @@ impl PolicySource {
             m.settings = settings.clone();
             if self.default_manifest {
                 m.capabilities = defaults::capabilities_used(settings);
+                m.reads = defaults::reads_used(hook, settings);
             }
         }
         m

@@ -153,6 +153,11 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
             .allow(name)
             .map_err(|e| anyhow!("--capability: {e}"))?;
     }
+    // A default's settings say what it reads, unless `--read` says it.
+    let reads = match default {
+        Some(d) if args.reads.is_empty() => defaults::reads_used(d.hook, &settings),
+        _ => args.reads.clone(),
+    };
     let manifest = PolicyManifest {
         name: args.name.clone(),
         hooks: args.hooks.clone(),
@@ -168,7 +173,7 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         settings,
         allowed_paths: args.allowed_paths.clone(),
         capabilities: declared,
-        reads: args.reads.clone(),
+        reads,
         deadline_ms: args.deadline_ms,
         memory_mib: args.memory_mib,
         ..PolicyManifest::default()

@@ -158,10 +158,7 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
     };
     // No cluster is read from here: every read the policy makes is answered `unavailable`.
     let cluster = std::sync::Arc::default();
-    let caller = tfjob_policy_engine::hook_call::Caller {
-        engine: &engine,
-        cluster: &cluster,
-    };
+    let caller = tfjob_policy_engine::hook_call::Caller::new(&engine, &cluster);
     Ok(match run_hook(caller, &policy, &ctx, input)? {
         HookOutput::Verdict(v) => {
             let mut out = json!({"phase": v.phase, "reason": v.reason, "message": v.message});

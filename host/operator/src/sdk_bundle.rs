@@ -45,6 +45,10 @@ const PYTHON_SOURCES: &[(&str, &str)] = &[
         include_str!("../../../guest-policies/sdk-python/tfjob_policy/__init__.py"),
     ),
     (
+        "cluster.py",
+        include_str!("../../../guest-policies/sdk-python/tfjob_policy/cluster.py"),
+    ),
+    (
         "context.py",
         include_str!("../../../guest-policies/sdk-python/tfjob_policy/context.py"),
     ),

@@ -1,7 +1,7 @@
 //! Policies written in Python and JavaScript, built with the tools their authors use
 //! (componentize-py, componentize-js) and run in the operator's sandbox through the CLI:
 //! the SDKs' own tests; the example policies, whose Rust, Python and JavaScript versions pass
-//! one shared suite each; the hostile policies, whose endless loops, memory bombs, sleeps,
+//! one shared suite each (namespace-labels reading the cluster from the suite's fixtures); the hostile policies, whose endless loops, memory bombs, sleeps,
 //! file, socket and process attempts and huge results end within the operator's limits; and
 //! `policy new --lang python|js`, whose projects build with their one command and pass the
 //! suite they were generated with.
@@ -71,12 +71,17 @@ fn one_suite_holds_every_language_to_the_same_behaviour() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let rust = build_rust(
-        &["example-team-labels", "example-oom-permanent"],
+        &[
+            "example-team-labels",
+            "example-oom-permanent",
+            "example-namespace-labels",
+        ],
         &Path::new(env!("CARGO_TARGET_TMPDIR")).join("examples"),
     );
     for (name, world) in [
         ("team-labels", "decorator"),
         ("oom-permanent", "classifier"),
+        ("namespace-labels", "decorator"),
     ] {
         let python = dir.path().join(format!("{name}-python.wasm"));
         build_python(&example(&format!("{name}/python")), world, &python);
@@ -84,7 +89,18 @@ fn one_suite_holds_every_language_to_the_same_behaviour() {
         build_js(&example(&format!("{name}/js/policy.js")), world, &js);
         let crate_file = format!("example_{}.wasm", name.replace('-', "_"));
         for component in [rust.join(crate_file), python, js] {
-            suite(&example(&format!("{name}/suite.yaml")), &component);
+            let report = suite(&example(&format!("{name}/suite.yaml")), &component);
+            if name == "namespace-labels" {
+                // The report says what each case read, from the suite's `cluster:` objects.
+                assert!(
+                    report.contains("read namespaces ml: 1 object at resourceVersion 18"),
+                    "{report}"
+                );
+                assert!(
+                    report.contains("read namespaces deleted: 0 objects"),
+                    "{report}"
+                );
+            }
         }
     }
 }

@@ -373,6 +373,118 @@ fn a_manifest_grants_what_the_guard_otherwise_refuses() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// A reading policy reads the suite's `cluster:` objects, by kind, namespace and name; what its
+/// manifest does not declare, or what the operator's ceiling does not allow, fails the case as
+/// the operator would refuse it; the table says what each case read.
+#[test]
+fn cluster_fixtures_answer_reads_as_the_operator_would() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "nodes.yaml",
+        b"- {apiVersion: v1, kind: Node, metadata: {name: gpu-1, labels: {pool: gpu}, resourceVersion: '5'}}\n\
+          - {apiVersion: v1, kind: Node, metadata: {name: cpu-1, labels: {pool: cpu}}}\n",
+    );
+    let read = |reads: &str| format!("{{mode: read, reads: {reads}}}");
+    let cases = [
+        (
+            "lists the gpu pool",
+            read("[{resource: nodes, selector: pool=gpu}]"),
+            "expect: {paths: {'metadata.annotations[\"hostile/read\"]': '[{\"items\":[\"gpu-1\"],\"more\":false,\"resourceVersion\":\"5\",\"synced\":true}]'}}",
+        ),
+        (
+            "a read not declared is denied",
+            read("[{resource: namespaces, name: ml}]"),
+            "expect: {failure: {category: read-denied, message: namespaces is not among}}",
+        ),
+        (
+            "secrets are never read",
+            read("[{resource: secrets, namespace: ml, name: token}]"),
+            "expect: {failure: {category: read-denied, message: credentials}}",
+        ),
+        (
+            "a malformed selector is invalid",
+            read("[{resource: nodes, selector: 'pool in gpu'}]"),
+            "expect: {failure: read-invalid}",
+        ),
+        (
+            "a loop of reads hits the bound",
+            format!(
+                "{{mode: read, ignoreErrors: true, reads: [{}]}}",
+                vec!["{resource: nodes, name: gpu-1}"; 70].join(", ")
+            ),
+            "expect: {failure: {category: read-limit, message: 64 reads}}",
+        ),
+    ];
+    let mut yaml = String::from(
+        "policy: hostile.wasm\nhook: decorate\nmanifest: {hooks: [decorate], reads: [{resource: nodes}]}\n\
+         context: {jobName: mnist, namespace: ml}\ncluster: [nodes.yaml]\ncases:\n",
+    );
+    for (name, settings, expect) in &cases {
+        yaml.push_str(&format!(
+            "- name: {name}\n  settings: {settings}\n  input: {{pod: worker.yaml}}\n  {expect}\n"
+        ));
+    }
+    let file = write(dir.path(), "reads.yaml", yaml.as_bytes());
+    let (code, out) = suite(&file, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("read nodes ?pool=gpu: 1 object at resourceVersion 5"),
+        "{out}"
+    );
+    let (code, json) = suite(&file, &["-o", "json"]);
+    assert_eq!(code, 0, "{json}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        report["cases"][0]["reads"][0],
+        serde_json::json!({"resource": "nodes", "what": "?pool=gpu", "objects": 1, "resourceVersion": "5"})
+    );
+
+    // The operator's ceiling holds in a suite too: nodes are not granted under `none`.
+    let (code, out) = suite(&file, &["--policy-allow-read", "none"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("nodes is not readable by cluster-wide policies"),
+        "{out}"
+    );
+
+    // Fixtures are checked before anything runs, naming the entry.
+    for (fixture, names) in [
+        (
+            "[{kind: Secret, metadata: {name: s, namespace: ml}}]",
+            "cluster[0].kind: \"Secret\" is not a kind policies read",
+        ),
+        (
+            "[{kind: Node, metadata: {}}]",
+            "cluster[0].metadata.name: required",
+        ),
+        (
+            "[{kind: ConfigMap, metadata: {name: c}}]",
+            "cluster[0].metadata.namespace: required",
+        ),
+        (
+            "[{kind: Node, metadata: {name: n, namespace: ml}}]",
+            "cluster[0].metadata.namespace: a Node is cluster-scoped",
+        ),
+        (
+            "{kind: Node}",
+            "cluster: expected a list of cluster objects",
+        ),
+        (
+            "[../nodes.yaml]",
+            "cluster[0]: \"../nodes.yaml\": files are named relative",
+        ),
+    ] {
+        let err = unrunnable(
+            dir.path(),
+            &format!(
+                "policy: hostile.wasm\nhook: decorate\ncluster: {fixture}\ncases:\n- name: c\n  input: {{pod: worker.yaml}}\n  expect: {{fields: {{}}}}\n"
+            ),
+        );
+        assert!(err.contains(names), "{fixture}: {err}");
+    }
+}
+
 /// Runs `policy test --suite` on a suite that cannot run; returns stderr.
 fn unrunnable(dir: &Path, yaml: &str) -> String {
     let file = write(dir, "suite.yaml", yaml.as_bytes());

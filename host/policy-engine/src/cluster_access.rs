@@ -78,6 +78,7 @@ impl From<Unanswerable> for ReadFailure {
 
 /// One answered read, as the pod's provenance records it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReadRecord {
     pub resource: Resource,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -89,6 +90,10 @@ pub struct ReadRecord {
     /// The cache's resourceVersion when it answered.
     pub resource_version: String,
 }
+
+/// Where the reads of calls are written down as they are answered, e.g. for `policy test` to
+/// show what a case read.
+pub type ReadJournal = Arc<std::sync::Mutex<Vec<ReadRecord>>>;
 
 /// Who is reading: the policy's grants, and the job and policy the call is about.
 #[derive(Clone, Debug)]
@@ -102,6 +107,8 @@ pub struct Reader {
     pub policy_namespace: Option<String>,
     pub cache: Arc<ClusterCache>,
     pub bounds: ReadBounds,
+    /// Also written to, when set.
+    pub journal: Option<ReadJournal>,
 }
 
 impl Reader {
@@ -114,6 +121,7 @@ impl Reader {
             policy_namespace: None,
             cache: Arc::default(),
             bounds: ReadBounds::default(),
+            journal: None,
         }
     }
 }
@@ -172,6 +180,16 @@ impl CallReads {
         self.keep(result)
     }
 
+    fn record(&mut self, record: ReadRecord) {
+        if let Some(journal) = &self.reader.journal {
+            journal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(record.clone());
+        }
+        self.records.push(record);
+    }
+
     fn keep<T>(&mut self, result: Result<T, ReadFailure>) -> Result<T, ReadFailure> {
         if let Err(e) = &result
             && self.failure.is_none()
@@ -196,7 +214,7 @@ impl CallReads {
         let (found, freshness) = cluster_cache::read(&shared).get(namespace, name)?;
         let size = found.as_deref().map_or(0, str::len);
         self.charge(resource, size)?;
-        self.records.push(ReadRecord {
+        self.record(ReadRecord {
             resource,
             namespace: namespace.to_owned(),
             what: name.to_owned(),
@@ -234,7 +252,7 @@ impl CallReads {
         }
         let size = items.iter().map(|i| i.len()).sum();
         self.charge(resource, size)?;
-        self.records.push(ReadRecord {
+        self.record(ReadRecord {
             resource,
             namespace: namespace.to_owned(),
             what: format!("?{parsed}"),
@@ -440,6 +458,7 @@ mod tests {
             policy_namespace: policy_namespace.map(Into::into),
             cache: cache(),
             bounds: ReadBounds::default(),
+            journal: None,
         })
     }
 

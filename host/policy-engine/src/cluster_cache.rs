@@ -278,7 +278,8 @@ fn incoming_len(incoming: &Option<BTreeMap<Key, Entry>>) -> usize {
     incoming.as_ref().map_or(0, BTreeMap::len)
 }
 
-fn key(object: &Value) -> Key {
+/// An object's namespace (empty when cluster-scoped) and name, empty when absent.
+pub fn key(object: &Value) -> (String, String) {
     let text = |pointer: &str| {
         object
             .pointer(pointer)

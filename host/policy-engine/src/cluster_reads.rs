@@ -77,6 +77,28 @@ impl Resource {
         }
     }
 
+    /// The resource whose objects have `kind` (`Node`, `Namespace`, ...), as a suite's
+    /// fixtures name them.
+    pub fn of_kind(kind: &str) -> Option<Resource> {
+        RESOURCES.into_iter().find(|r| r.kind() == kind)
+    }
+
+    /// The kind of its objects.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Resource::Namespaces => "Namespace",
+            Resource::Nodes => "Node",
+            Resource::PriorityClasses => "PriorityClass",
+            Resource::ResourceQuotas => "ResourceQuota",
+            Resource::LimitRanges => "LimitRange",
+            Resource::ConfigMaps => "ConfigMap",
+            Resource::LocalQueues => "LocalQueue",
+            Resource::ClusterQueues => "ClusterQueue",
+            Resource::ResourceFlavors => "ResourceFlavor",
+            Resource::TfJobs => "TFJob",
+        }
+    }
+
     /// Whether its objects live in a namespace (a declaration then names which).
     pub fn is_namespaced(self) -> bool {
         matches!(

@@ -6,6 +6,7 @@
 //! policy with a default's name replaces that default.
 
 use crate::capabilities::Capabilities;
+use crate::cluster_reads::ReadDeclaration;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::local::PolicyConfig;
@@ -126,6 +127,28 @@ pub fn capabilities_used(settings: &serde_json::Value) -> Capabilities {
     }
 }
 
+/// The cluster reads a default needs for `settings`: the decoration's `namespaceLabels` read
+/// the job's Namespace, the classification's `failUnschedulable` the nodes; nothing else, so a
+/// default that does not use them starts no watch.
+pub fn reads_used(hook: Hook, settings: &serde_json::Value) -> Vec<ReadDeclaration> {
+    let set = |key: &str| {
+        settings.get(key).is_some_and(|v| match v {
+            serde_json::Value::Null => false,
+            serde_json::Value::Array(items) => !items.is_empty(),
+            _ => true,
+        })
+    };
+    let resource = match hook {
+        Hook::Decorate if set("namespaceLabels") => "namespaces",
+        Hook::Classify if set("failUnschedulable") => "nodes",
+        _ => return Vec::new(),
+    };
+    vec![ReadDeclaration {
+        resource: resource.into(),
+        scope: None,
+    }]
+}
+
 /// Activates every default policy with `config` applied. An override for a name that is not a
 /// default policy is an error naming it.
 pub fn load_defaults(
@@ -150,6 +173,7 @@ pub fn load_defaults(
                 if let Some(settings) = &o.settings {
                     m.settings = settings.clone();
                     m.capabilities = capabilities_used(settings);
+                    m.reads = reads_used(d.hook, settings);
                 }
                 if let Some(fp) = o.failure_policy {
                     m.failure_policy = fp;

@@ -18,7 +18,7 @@ use tfjob_policy_logic::text;
 use std::sync::Arc;
 
 use crate::bindings::{self, JobContext};
-use crate::cluster_access::{ReadBounds, Reader};
+use crate::cluster_access::{ReadBounds, ReadJournal, Reader};
 use crate::cluster_cache::ClusterCache;
 use crate::engine::{LimitedEngine, PolicyEngine};
 use crate::error::{Category, EvalError};
@@ -50,6 +50,19 @@ pub fn job_context(ctx: &PodContext) -> JobContext {
 pub struct Caller<'a> {
     pub engine: &'a PolicyEngine,
     pub cluster: &'a Arc<ClusterCache>,
+    /// Where the calls' reads are written down too, if anywhere.
+    pub journal: Option<&'a ReadJournal>,
+}
+
+impl<'a> Caller<'a> {
+    /// Calls through `engine` reading from `cluster`.
+    pub fn new(engine: &'a PolicyEngine, cluster: &'a Arc<ClusterCache>) -> Caller<'a> {
+        Caller {
+            engine,
+            cluster,
+            journal: None,
+        }
+    }
 }
 
 impl<'a> Caller<'a> {
@@ -66,6 +79,7 @@ impl<'a> Caller<'a> {
             policy_namespace: p.manifest.tenant.clone(),
             cache: Arc::clone(self.cluster),
             bounds: ReadBounds::default(),
+            journal: self.journal.cloned(),
         })
     }
 }

@@ -12,7 +12,9 @@
 //! a policy whose [`breaker`] tripped after failing again and again. Policies come
 //! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
 //! ([`configmap`]), all through the same activation. With a [`compiled_cache`], compiled code
-//! outlives the process.
+//! outlives the process. Policies that declare cluster reads ([`cluster_reads`]) are answered,
+//! call by call within bounds ([`cluster_access`]), from shared caches of trimmed objects
+//! ([`cluster_cache`], [`cluster_objects`]) that the operator's watches fill.
 
 pub mod bindings;
 pub mod breaker;

@@ -87,10 +87,7 @@ impl WasmPolicies {
 
     /// Where the policies' calls run.
     fn caller(&self) -> Caller<'_> {
-        Caller {
-            engine: &self.engine,
-            cluster: &self.cluster,
-        }
+        Caller::new(&self.engine, &self.cluster)
     }
 
     pub fn with_breakers(mut self, breakers: Breakers) -> WasmPolicies {

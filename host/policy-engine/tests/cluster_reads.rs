@@ -102,6 +102,7 @@ fn reader(declared: &[&str], cache: Arc<ClusterCache>) -> Reader {
         policy_namespace: None,
         cache,
         bounds: ReadBounds::default(),
+        journal: None,
     }
 }
 

@@ -11,6 +11,8 @@ use serde_json::{Map, Value, json};
 use tfjob_planner::PodContext;
 use tfjob_planner::policy::{FailureKind, VerdictPhase};
 use tfjob_policy_engine::Hook;
+use tfjob_policy_engine::cluster_cache::{ClusterCache, DEFAULT_OBJECT_CAP, ResourceCache};
+use tfjob_policy_engine::cluster_reads::{RESOURCES, Resource};
 
 use crate::policy_hooks::{ContextFile, container};
 
@@ -41,6 +43,9 @@ pub(crate) struct RawSuite {
     context: Option<Value>,
     #[serde(default)]
     now: Option<String>,
+    /// Cluster objects every case's reads are answered from.
+    #[serde(default)]
+    cluster: Option<Value>,
     cases: Vec<RawCase>,
 }
 
@@ -66,6 +71,10 @@ pub(crate) struct RawInput {
     now: Option<String>,
     #[serde(default)]
     container: Option<String>,
+    /// Cluster objects added to the suite's for this case (an object of the same kind,
+    /// namespace and name replaces the suite's).
+    #[serde(default)]
+    cluster: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -422,6 +431,10 @@ impl Loader {
             Some(s) => Some(self.document(s, "settings")?),
             None => None,
         };
+        let suite_cluster = match &raw.cluster {
+            Some(source) => self.cluster_objects(source, "cluster")?,
+            None => Fixtures::new(),
+        };
         let mut cases: Vec<Case> = Vec::with_capacity(raw.cases.len());
         for (i, rc) in raw.cases.into_iter().enumerate() {
             let at = format!("cases[{i}]");
@@ -482,6 +495,10 @@ impl Loader {
                 (None, _) => {}
             }
             let expect = self.expectation(rc.expect, hook, &format!("{at}.expect"))?;
+            let mut fixtures = suite_cluster.clone();
+            if let Some(source) = &rc.input.cluster {
+                fixtures.extend(self.cluster_objects(source, &format!("{at}.input.cluster"))?);
+            }
             cases.push(Case {
                 name: rc.name,
                 hook,
@@ -490,6 +507,7 @@ impl Loader {
                 context,
                 now,
                 container: rc.input.container,
+                cluster: Arc::new(cluster_cache(fixtures)),
                 expect,
             });
         }
@@ -499,6 +517,72 @@ impl Loader {
             manifest,
             cases,
         })
+    }
+
+    /// The objects of a `cluster` section: a list whose entries are objects, or names of files
+    /// holding an object or a list of them; each names its `kind` and `metadata.name`.
+    fn cluster_objects(&mut self, source: &Value, field: &str) -> Result<Fixtures, SuiteError> {
+        let Value::Array(entries) = source else {
+            return Err(self.error(
+                field,
+                format!(
+                    "expected a list of cluster objects, not {}",
+                    kind_of(source)
+                ),
+            ));
+        };
+        let mut fixtures = Fixtures::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("{field}[{i}]");
+            let document = self.document(entry, &at)?;
+            let objects = match &*document {
+                Value::Array(items) => items.clone(),
+                Value::Object(o) if o.get("kind").and_then(Value::as_str) == Some("List") => o
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                other => vec![other.clone()],
+            };
+            for (j, object) in objects.into_iter().enumerate() {
+                let at = if matches!(entry, Value::String(_)) {
+                    format!("{at} (item {j})")
+                } else {
+                    at.clone()
+                };
+                let kind = object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let resource = Resource::of_kind(kind).ok_or_else(|| {
+                    let kinds: Vec<&str> = RESOURCES.iter().map(|r| r.kind()).collect();
+                    self.error(
+                        &format!("{at}.kind"),
+                        format!(
+                            "{:?} is not a kind policies read: expected one of {}",
+                            tfjob_policy_logic::text::elided(kind, 64),
+                            kinds.join(", ")
+                        ),
+                    )
+                })?;
+                let (namespace, name) = tfjob_policy_engine::cluster_cache::key(&object);
+                if name.is_empty() {
+                    return Err(self.error(&format!("{at}.metadata.name"), "required"));
+                }
+                if resource.is_namespaced() == namespace.is_empty() {
+                    return Err(self.error(
+                        &format!("{at}.metadata.namespace"),
+                        if namespace.is_empty() {
+                            format!("required: a {kind} lives in a namespace")
+                        } else {
+                            format!("a {kind} is cluster-scoped: it has no namespace")
+                        },
+                    ));
+                }
+                fixtures.insert((resource, namespace, name), object);
+            }
+        }
+        Ok(fixtures)
     }
 
     pub(crate) fn expectation(
@@ -590,6 +674,23 @@ impl Loader {
         }
         Ok(expect)
     }
+}
+
+/// A case's cluster objects by resource, namespace and name.
+type Fixtures = std::collections::BTreeMap<(Resource, String, String), Value>;
+
+/// The synced caches a case's reads are answered from.
+fn cluster_cache(fixtures: Fixtures) -> ClusterCache {
+    let mut by_resource: std::collections::BTreeMap<Resource, Vec<Value>> = Default::default();
+    for ((resource, _, _), object) in fixtures {
+        by_resource.entry(resource).or_default().push(object);
+    }
+    // Every resource a policy may read answers, empty when the suite has none of it, as a
+    // synced cache of a cluster without such objects would.
+    ClusterCache::of(RESOURCES.into_iter().map(|resource| {
+        let objects = by_resource.remove(&resource).unwrap_or_default();
+        ResourceCache::of(resource, DEFAULT_OBJECT_CAP, objects)
+    }))
 }
 
 pub(crate) fn kind_of(v: &Value) -> &'static str {

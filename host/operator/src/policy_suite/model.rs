@@ -45,6 +45,8 @@ pub struct Case {
     pub now: Option<jiff::Timestamp>,
     /// The container of a `resources` case [default: the first].
     pub container: Option<String>,
+    /// The cluster objects its reads are answered from (the suite's and its own `cluster`).
+    pub cluster: Arc<tfjob_policy_engine::cluster_cache::ClusterCache>,
     pub expect: Expectation,
 }
 

@@ -46,7 +46,8 @@ pub fn table(report: &Report) -> String {
         }
     }
     let mut out = String::new();
-    for r in std::iter::once(&header).chain(&rows) {
+    let reads = std::iter::once(&[][..]).chain(report.cases.iter().map(|c| c.reads.as_slice()));
+    for (r, read) in std::iter::once(&header).chain(&rows).zip(reads) {
         let line = format!(
             "{:<w0$}   {:<w1$}   {:>w2$}   {}",
             r[0],
@@ -59,6 +60,9 @@ pub fn table(report: &Report) -> String {
         );
         out.push_str(line.trim_end());
         out.push('\n');
+        for record in read {
+            out.push_str(&format!("      read {}\n", printable(&read_text(record))));
+        }
     }
     for c in report.cases.iter().filter(|c| !c.passed()) {
         out.push_str(&format!(
@@ -84,6 +88,23 @@ pub fn table(report: &Report) -> String {
         report.failed()
     ));
     out
+}
+
+/// One read as the table shows it: `nodes ?pool=gpu: 3 objects at 41`.
+fn read_text(r: &tfjob_policy_engine::cluster_access::ReadRecord) -> String {
+    let place = if r.namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" in {}", r.namespace)
+    };
+    format!(
+        "{}{place} {}: {} object{} at resourceVersion {}",
+        r.resource,
+        r.what,
+        r.objects,
+        if r.objects == 1 { "" } else { "s" },
+        r.resource_version
+    )
 }
 
 pub(crate) fn mismatch_json(m: &Mismatch) -> Value {
@@ -121,6 +142,9 @@ pub fn to_json(report: &Report) -> Value {
                 "passed": c.passed(),
                 "seconds": c.elapsed.as_secs_f64(),
             });
+            if !c.reads.is_empty() {
+                v["reads"] = json!(c.reads);
+            }
             if !c.passed() {
                 v["actual"] = match &c.outcome {
                     Ok(result) => json!({"result": result}),

@@ -2,10 +2,10 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
+use tfjob_policy_engine::cluster_access::{ReadJournal, ReadRecord};
 use tfjob_policy_engine::hook_call::{Caller, job_context};
 use tfjob_policy_engine::{EvalError, Hook, PolicyEngine, SandboxLimits};
 
@@ -23,6 +23,8 @@ pub struct CaseReport {
     pub outcome: Outcome,
     pub mismatches: Vec<Mismatch>,
     pub elapsed: Duration,
+    /// The cluster objects the case's call read, in order.
+    pub reads: Vec<ReadRecord>,
 }
 
 impl CaseReport {
@@ -71,6 +73,7 @@ pub struct Overrides<'a> {
 pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
     let engine = PolicyEngine::new(SandboxLimits {
         ceiling: args.ceiling.ceiling()?,
+        reads: args.ceiling.reads()?,
         ..tfjob_operator::policy_setup::operator_limits()
     })?;
     let manifest = match args.manifest {
@@ -98,8 +101,10 @@ pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
         }
         let p = &policies[&case.hook];
         let started = Instant::now();
-        let outcome = run_case(&engine, &p.source, case);
+        let journal = ReadJournal::default();
+        let outcome = run_case(&engine, &p.source, case, &journal);
         let elapsed = started.elapsed();
+        let reads = std::mem::take(&mut *journal.lock().unwrap_or_else(|e| e.into_inner()));
         cases.push(CaseReport {
             name: case.name.clone(),
             hook: case.hook,
@@ -107,6 +112,7 @@ pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
             mismatches: check(&case.expect, &outcome),
             outcome,
             elapsed,
+            reads,
         });
     }
     Ok(Report {
@@ -171,7 +177,12 @@ pub(crate) fn under_test(
 }
 
 /// Activates the policy with the case's settings and runs its hook on the case's input.
-pub(crate) fn run_case(engine: &PolicyEngine, source: &PolicySource, case: &Case) -> Outcome {
+pub(crate) fn run_case(
+    engine: &PolicyEngine,
+    source: &PolicySource,
+    case: &Case,
+    journal: &ReadJournal,
+) -> Outcome {
     let active = source
         .activate(engine, case.hook, case.settings.as_ref())
         .map_err(|e| Failure::from(EvalError::from(e)))?;
@@ -190,11 +201,10 @@ pub(crate) fn run_case(engine: &PolicyEngine, source: &PolicySource, case: &Case
             now: case.now.unwrap_or_else(jiff::Timestamp::now),
         },
     };
-    // No `cluster:` fixtures yet: every read of a case is answered `unavailable`.
-    let cluster = Arc::default();
     let caller = Caller {
         engine,
-        cluster: &cluster,
+        cluster: &case.cluster,
+        journal: Some(journal),
     };
     run_hook(caller, &active, &ctx, input)
         .map(|out| out.into_json())

@@ -830,6 +830,7 @@ fn report() -> Report {
         outcome,
         mismatches,
         elapsed: Duration::from_millis(3),
+        reads: Vec::new(),
     };
     Report {
         suite: "tests/suite.yaml".into(),
