@@ -34,7 +34,7 @@ const SDK_SOURCES: &[(&str, &str)] =
 /// The logic crate's `src/` files.
 const LOGIC_SOURCES: &[(&str, &str)] = sources!("logic":
     "classify.rs", "classify_settings.rs", "context.rs", "decorate.rs", "duration.rs", "json.rs",
-    "label_selector.rs", "lib.rs", "names.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
+    "label_selector.rs", "lib.rs", "names.rs", "never_fits.rs", "ordered.rs", "quantity.rs", "resources.rs", "settings.rs", "text.rs", "verdict.rs",
 );
 
 /// The Python SDK (`guest-policies/sdk-python/tfjob_policy`), written as `tfjob_policy/` of a
