@@ -9,10 +9,11 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use common::registry::Registry;
-use common::{Killed, eventually, expect_success, operator, run, write};
+use common::{Killed, RUNTIME_LOAD, eventually, expect_success, operator, run, write};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -42,7 +43,7 @@ fn push(dir: &std::path::Path, module: &[u8], reference: &str, extra: &[&str]) -
     cmd.args(["policy", "push", &file, reference, "--insecure"])
         .args(extra)
         .env("HOME", "/nonexistent");
-    let out = run(cmd, None, std::time::Duration::from_secs(60));
+    let out = run(cmd, None, Duration::from_secs(60));
     expect_success(&out, "policy push").trim().to_owned()
 }
 
@@ -137,10 +138,30 @@ impl Env {
         what: &str,
         done: impl Fn(&PolicyStatus) -> bool,
     ) -> PolicyStatus {
-        eventually(
-            &format!("{name}: {what} (last: {:?})", self.status(name)),
-            || self.status(name).filter(|s| done(s)),
-        )
+        self.status_within(Duration::from_secs(90), name, what, done)
+    }
+
+    /// Waits up to `limit` for `name`'s status to satisfy `done`; a failure shows the last
+    /// status seen.
+    fn status_within(
+        &self,
+        limit: Duration,
+        name: &str,
+        what: &str,
+        done: impl Fn(&PolicyStatus) -> bool,
+    ) -> PolicyStatus {
+        let started = Instant::now();
+        loop {
+            let status = self.status(name);
+            if let Some(reached) = status.as_ref().filter(|s| done(s)) {
+                return reached.clone();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{name}: never {what} within {limit:?}; last: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The labels of the pods of job `job` once it has one.
@@ -538,9 +559,12 @@ fn policies_written_in_python_and_javascript_ship_from_the_registry() {
             &[],
         );
         env.apply(&team_labels(lang, &format!("{host}/team/labels-{lang}:v1")));
-        let status = env.status_until(&format!("tfjob-policy-team-labels-{lang}"), "Active", |s| {
-            s.state == PolicyState::Active
-        });
+        let status = env.status_within(
+            RUNTIME_LOAD,
+            &format!("tfjob-policy-team-labels-{lang}"),
+            "Active",
+            |s| s.state == PolicyState::Active,
+        );
         assert_eq!(
             status.module.as_deref(),
             Some(format!("{host}/team/labels-{lang}@{}", digest_of(&pinned)).as_str()),

@@ -209,13 +209,28 @@ impl Drop for Killed {
 }
 
 /// Polls `check` every 100 ms until it returns `Some`; fails after 90 s naming `what`.
-pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    eventually_within(Duration::from_secs(90), what, check)
+}
+
+/// How long a wait on loading a Python or JavaScript policy may take: two compilations of a
+/// language runtime (over 10 MiB of Wasm each) and its pre-initialisation, in a debug build,
+/// on a machine whose cores other tests share. A liveness bound, not a performance claim:
+/// the loading benchmark measures how long it takes.
+pub const RUNTIME_LOAD: Duration = Duration::from_secs(300);
+
+/// Polls `check` every 100 ms until it returns `Some`; fails after `limit` naming `what`.
+pub fn eventually_within<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = check() {
             return value;
         }
-        assert!(started.elapsed() < Duration::from_secs(90), "never: {what}");
+        assert!(started.elapsed() < limit, "never within {limit:?}: {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
