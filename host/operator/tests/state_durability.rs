@@ -15,18 +15,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
+
+use common::up::Up;
 
 const NAMESPACE: &str = "default";
 /// Writers at once, each with its own objects (so at most one write per object is in flight).
@@ -34,64 +33,10 @@ const WRITERS: usize = 6;
 /// ConfigMaps per writer.
 const KEYS: usize = 4;
 
-/// A running `up --state`, killed with SIGKILL when dropped.
-struct Server {
-    child: Child,
-    kubeconfig: PathBuf,
-}
-
-impl Server {
-    fn start(state: &Path, dir: &Path) -> Server {
-        let kubeconfig = dir.join("kubeconfig");
-        let _ = std::fs::remove_file(&kubeconfig);
-        let mut child = common::operator()
-            .args(["up", "--no-operator", "--port", "0", "--state"])
-            .arg(state)
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("up starts");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("up ended before listening: {:?}", child.try_wait()))
-                .unwrap();
-            if line.starts_with("Embedded cluster listening") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "up never listened");
-        }
-        // The rest of its output is read and dropped, so a full pipe never blocks it.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, kubeconfig }
-    }
-
-    async fn client(&self) -> Client {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// `up --state` without its operator, on the database at `state`.
+fn serve_state(state: &Path, dir: &Path) -> Up {
+    let state = state.to_str().expect("a UTF-8 path");
+    Up::start(&["--no-operator", "--state", state], dir)
 }
 
 /// What the test knows of one object: the value of its last acknowledged write (`None`:
@@ -315,7 +260,7 @@ fn acknowledged_writes_survive_sigkill_at_random_moments_of_a_write_storm() {
     let mut seen_before = 0;
     let mut acknowledged = 0usize;
     for iteration in 0..iterations {
-        let mut server = Server::start(&state, dir.path());
+        let mut server = serve_state(&state, dir.path());
         let client = runtime.block_on(server.client());
         seen_before = runtime.block_on(check(&client, &model, seen_before));
         if iteration == 0 {
@@ -339,7 +284,7 @@ fn acknowledged_writes_survive_sigkill_at_random_moments_of_a_write_storm() {
             acknowledged += acked;
         }
     }
-    let mut server = Server::start(&state, dir.path());
+    let mut server = serve_state(&state, dir.path());
     let client = runtime.block_on(server.client());
     runtime.block_on(check(&client, &model, seen_before));
     server.kill();
@@ -352,37 +297,21 @@ fn acknowledged_writes_survive_sigkill_at_random_moments_of_a_write_storm() {
 fn ten_configmaps_created_with_kubectl_survive_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.db");
-    let mut server = Server::start(&state, dir.path());
-    let kubectl = |server: &Server, args: &[&str]| {
-        let out = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &server.kubeconfig)
-            .env("KUBECACHEDIR", dir.path().join("cache"))
-            .output()
-            .expect("kubectl runs");
-        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let mut server = serve_state(&state, dir.path());
     for i in 0..10 {
-        kubectl(
-            &server,
-            &[
-                "create",
-                "configmap",
-                &format!("c{i}"),
-                &format!("--from-literal=k=v{i}"),
-            ],
-        );
+        server.kubectl(&[
+            "create",
+            "configmap",
+            &format!("c{i}"),
+            &format!("--from-literal=k=v{i}"),
+        ]);
     }
     server.kill();
-    let server = Server::start(&state, dir.path());
-    let names = kubectl(&server, &["get", "configmaps", "-o", "name"]);
+    let server = serve_state(&state, dir.path());
+    let names = server.kubectl(&["get", "configmaps", "-o", "name"]);
     for i in 0..10 {
         assert!(names.contains(&format!("configmap/c{i}\n")), "{names}");
     }
-    let value = kubectl(
-        &server,
-        &["get", "configmap", "c7", "-o", "jsonpath={.data.k}"],
-    );
+    let value = server.kubectl(&["get", "configmap", "c7", "-o", "jsonpath={.data.k}"]);
     assert_eq!(value, "v7");
 }

@@ -1,12 +1,15 @@
 //! `tfjob-operator up`, run as a newcomer runs it: the whole embedded cluster in one process.
 //! `--demo` must submit the examples, show them to the end and exit with a summary; a bad
-//! `--faults` file must be refused, naming the field.
+//! `--faults` file must be refused, naming the field; the walk-through of the default policies
+//! that read the cluster (`docs/policies.md`) works as written, through kubectl.
 
 mod common;
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use common::repo;
+use common::up::Up;
 
 fn up(args: &[&str], dir: &std::path::Path) -> std::process::Output {
     common::operator()
@@ -106,4 +109,178 @@ fn up_refuses_a_bad_fault_file_naming_the_field() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("faults.json"), "{stderr}");
     assert!(stderr.contains("errors[0].status"), "{stderr}");
+}
+
+/// The heredocs (`<<'YAML'` ... `YAML`) of the walk-through "The default policies that read"
+/// in `docs/policies.md`: the policy configuration, then the job. The test runs the documented
+/// text, so the page cannot drift from what works.
+fn reading_walk_through() -> (String, String) {
+    let doc = std::fs::read_to_string(repo("docs/policies.md")).unwrap();
+    let section = doc
+        .split("#### The default policies that read")
+        .nth(1)
+        .expect("the walk-through's section");
+    let mut heredocs = Vec::new();
+    let mut current: Option<String> = None;
+    for line in section.lines() {
+        match &mut current {
+            None if line.ends_with("<<'YAML'") => current = Some(String::new()),
+            None => {}
+            Some(_) if line == "YAML" => heredocs.extend(current.take()),
+            Some(text) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        if heredocs.len() == 2 {
+            return (heredocs[0].clone(), heredocs[1].clone());
+        }
+    }
+    panic!("the walk-through has a policy configuration and a job: {heredocs:?}");
+}
+
+/// The documented job under another name, asking for `gpus` GPUs.
+fn gpu_job(job: &str, name: &str, gpus: u32) -> String {
+    assert!(
+        job.contains("name: too-big") && job.contains("nvidia.com/gpu: 4"),
+        "{job}"
+    );
+    job.replace("name: too-big", &format!("name: {name}"))
+        .replace("nvidia.com/gpu: 4", &format!("nvidia.com/gpu: {gpus}"))
+}
+
+/// `up` as the walk-through starts it (two nodes of 2 GPUs, `config` as `--policy-config`),
+/// with the namespace `vision` created.
+fn walk_through_cluster(config: &str, dir: &std::path::Path) -> Up {
+    let config_file = dir.join("policy-config.yaml");
+    std::fs::write(&config_file, config).unwrap();
+    let up = Up::start(
+        &[
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--policy-config",
+            config_file.to_str().unwrap(),
+        ],
+        dir,
+    );
+    up.kubectl(&["create", "namespace", "vision"]);
+    up
+}
+
+/// `jsonpath` of `object` (`kind/name`) in the namespace `vision`.
+fn in_vision(up: &Up, object: &str, jsonpath: &str) -> String {
+    up.kubectl(&[
+        "-n",
+        "vision",
+        "get",
+        object,
+        "-o",
+        &format!("jsonpath={jsonpath}"),
+    ])
+}
+
+/// How long a job may take to reach a state here: the walk-through's 10 s grace period, and
+/// a debug build on shared cores.
+const STATE_WITHIN: Duration = Duration::from_secs(120);
+
+/// `docs/policies.md`'s walk-through, on `up` with two nodes of 2 GPUs: a worker asking for
+/// 4 fails for good with the classifier's reason in `kubectl describe`, one asking for 2 runs,
+/// and the pods of the namespace labelled `team=vision` carry `team=vision`.
+#[test]
+fn up_fails_a_job_no_node_can_hold_and_labels_pods_with_their_namespace() {
+    let (config, job) = reading_walk_through();
+    let dir = tempfile::tempdir().unwrap();
+    let up = walk_through_cluster(&config, dir.path());
+    up.kubectl(&["label", "namespace", "vision", "team=vision"]);
+    up.kubectl_with(&["-n", "vision", "apply", "-f", "-"], Some(&job));
+    up.kubectl_with(
+        &["-n", "vision", "apply", "-f", "-"],
+        Some(&gpu_job(&job, "fits", 2)),
+    );
+
+    up.kubectl_until(
+        STATE_WITHIN,
+        &[
+            "-n",
+            "vision",
+            "get",
+            "pods",
+            "-l",
+            "team=vision",
+            "-o",
+            "name",
+        ],
+        |pods| pods.contains("pod/too-big-worker-0") && pods.contains("pod/fits-worker-0"),
+    );
+    up.kubectl(&[
+        "-n",
+        "vision",
+        "wait",
+        "--for=condition=Failed",
+        "tfjob/too-big",
+        "--timeout=120s",
+    ]);
+    let described = up.kubectl(&["-n", "vision", "describe", "tfjob", "too-big"]);
+    assert!(
+        described.contains(
+            "the pod can never be scheduled: it requests nvidia.com/gpu 4; the largest node offers 2 (node/"
+        ),
+        "{described}"
+    );
+    let phase = in_vision(&up, "pod/too-big-worker-0", "{.status.phase}");
+    assert_eq!(phase, "Pending", "the pod never ran");
+    up.kubectl(&[
+        "-n",
+        "vision",
+        "wait",
+        "--for=condition=Succeeded",
+        "tfjob/fits",
+        "--timeout=120s",
+    ]);
+}
+
+/// The walk-through's last paragraph: with a node pool of 8 GPUs declared, the 4-GPU job waits
+/// for the pool past the grace period instead of failing.
+#[test]
+fn up_lets_a_job_wait_for_a_declared_node_pool() {
+    let (config, job) = reading_walk_through();
+    let doc = std::fs::read_to_string(repo("docs/policies.md")).unwrap();
+    let pooled = doc
+        .lines()
+        .find(|l| l.contains("nodePools: [{name: a100"))
+        .expect("the walk-through's node pool");
+    let classify = "default-classify:\n  settings: {failUnschedulable: {gracePeriod: 10s}}\n";
+    assert!(config.contains(classify), "{config}");
+    // The documented pool, with a grace period of 2 s so that waiting well past it is short.
+    let config = config.replace(
+        classify,
+        &format!(
+            "default-classify:\n{}\n",
+            pooled.replace("gracePeriod: 10s", "gracePeriod: 2s")
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let up = walk_through_cluster(&config, dir.path());
+    up.kubectl_with(&["-n", "vision", "apply", "-f", "-"], Some(&job));
+    up.kubectl_until(
+        STATE_WITHIN,
+        &[
+            "-n",
+            "vision",
+            "get",
+            "pod",
+            "too-big-worker-0",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ],
+        |reason| reason == "Unschedulable",
+    );
+    // Well past the 2 s grace period, classified again meanwhile, the job still waits.
+    std::thread::sleep(Duration::from_secs(8));
+    let state = in_vision(&up, "tfjob/too-big", "{.status.conditions[*].type}");
+    assert!(!state.contains("Failed"), "{state}");
+    let phase = in_vision(&up, "pod/too-big-worker-0", "{.status.phase}");
+    assert_eq!(phase, "Pending");
 }

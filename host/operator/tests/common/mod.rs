@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod languages;
 pub mod registry;
+pub mod up;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

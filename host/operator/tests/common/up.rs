@@ -1,0 +1,127 @@
+//! `tfjob-operator up` as a user runs it in a terminal of its own: the process started with
+//! the flags a test gives, ready once it says it listens, driven with the real kubectl through
+//! the kubeconfig it wrote, and killed (SIGKILL) when the test ends or asks.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// A running `up` process.
+pub struct Up {
+    child: Child,
+    pub kubeconfig: PathBuf,
+    /// kubectl's discovery cache, of this test alone.
+    cache: PathBuf,
+}
+
+impl Up {
+    /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig ARGS` and waits until it listens.
+    pub fn start(args: &[&str], dir: &Path) -> Up {
+        let kubeconfig = dir.join("kubeconfig");
+        let _ = std::fs::remove_file(&kubeconfig);
+        let mut child = super::operator()
+            .args(["up", "--port", "0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env_remove("POD_NAMESPACE")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("up starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("up ended before listening: {:?}", child.try_wait()))
+                .expect("up's output is text");
+            if line.starts_with("Embedded cluster listening") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "up never listened");
+        }
+        // The rest of its output is read and dropped, so a full pipe never blocks it.
+        std::thread::spawn(move || for _ in lines {});
+        Up {
+            child,
+            kubeconfig,
+            cache: dir.join("kubectl-cache"),
+        }
+    }
+
+    /// A client of the cluster, through the written kubeconfig.
+    pub async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("the kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("a client configuration");
+        Client::try_from(config).expect("a client")
+    }
+
+    /// Runs kubectl against the cluster; `stdin` is fed to it (`apply -f -`).
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", &self.cache)
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        super::run(cmd, stdin, Duration::from_secs(60))
+    }
+
+    /// Runs kubectl and returns its stdout, failing the test on a non-zero exit (warnings on
+    /// stderr are kubectl's to print).
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_with(args, None)
+    }
+
+    /// [`Up::kubectl`] with `stdin` fed to it.
+    pub fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(args, stdin);
+        super::expect_exit_zero(&out, &format!("kubectl {args:?}"))
+    }
+
+    /// Polls `kubectl args` until its output satisfies `done`, for `limit` at most; a failure
+    /// shows what kubectl printed last.
+    pub fn kubectl_until(
+        &self,
+        limit: Duration,
+        args: &[&str],
+        done: impl Fn(&str) -> bool,
+    ) -> String {
+        let started = Instant::now();
+        loop {
+            let out = self.kubectl_output(args, None);
+            let text = super::text(&out.stdout);
+            if out.status.success() && done(&text) {
+                return text;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "kubectl {args:?} never reached the expected state within {limit:?}; last: {}{}",
+                text,
+                super::text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
