@@ -88,6 +88,22 @@ pub struct PodContext {
 }
 
 impl PodContext {
+    /// Worker 0 of 1, on its first attempt, of job `namespace/job_name` (uid `uid`) with no
+    /// labels or annotations: the simplest job's context, where tests and benchmarks start.
+    pub fn single_worker(namespace: &str, job_name: &str) -> PodContext {
+        PodContext {
+            job_name: job_name.into(),
+            namespace: namespace.into(),
+            job_uid: "uid".into(),
+            job_labels: BTreeMap::new(),
+            job_annotations: BTreeMap::new(),
+            replica_type: "Worker".into(),
+            replica_index: 0,
+            replica_count: 1,
+            attempt: 0,
+        }
+    }
+
     /// The replica type as an enum (the context carries it as text for policies).
     pub fn replica_type(&self) -> Option<ReplicaType> {
         ReplicaType::parse_loose(&self.replica_type)

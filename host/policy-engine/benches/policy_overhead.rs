@@ -26,7 +26,7 @@
 
 use std::borrow::Cow;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -45,6 +45,10 @@ use tfjob_policy_logic::decorate::{DecorateSettings, decorate_pod};
 use tfjob_policy_logic::json::from_json;
 use tfjob_policy_logic::resources::{ResourceRules, ResourceSettings, override_resources};
 use tfjob_policy_logic::settings::settings_from_json;
+
+#[path = "support/medians.rs"]
+mod medians;
+use medians::{criterion_dir, median_ns};
 
 const GROUPS: [&str; 3] = ["decorate", "resources", "classify"];
 const NOW: &str = "2026-01-01T00:20:00Z";
@@ -713,30 +717,6 @@ fn bench(c: &mut Criterion, inputs: &Inputs) {
 /// Where criterion keeps its results, resolved as criterion does (`CRITERION_HOME`, then
 /// `CARGO_TARGET_DIR`), else from this executable's place in the target directory
 /// (`<target>/<profile>/deps/<bench>`), so the summary reads the files this run writes.
-fn criterion_dir() -> PathBuf {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return PathBuf::from(home);
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(target).join("criterion");
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.parent()?.join("criterion")))
-        .unwrap_or_else(|| PathBuf::from("target/criterion"))
-}
-
-/// The median (ns) criterion estimated for `group/function` in this run, if it measured it.
-fn median_ns(dir: &Path, group: &str, function: &str, since: SystemTime) -> Option<f64> {
-    let path = dir.join(group).join(function).join("new/estimates.json");
-    let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
-    if modified < since {
-        return None; // left over from an earlier run (e.g. this one was filtered)
-    }
-    let estimates: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-    estimates["median"]["point_estimate"].as_f64()
-}
-
 fn summary(dir: &Path, since: SystemTime) {
     let mut ratios = Vec::new();
     let mut floors = Vec::new();

@@ -2,8 +2,8 @@
 //! by every policy that reads it, fed by one watch (the operator's) or by a suite's fixtures.
 //!
 //! Objects are trimmed to the field mask ([`crate::cluster_objects::trim`]) as they enter and
-//! kept as JSON text, so an answer is a copy of text, not a re-encoding; their labels are kept
-//! apart for selectors, which are matched in memory. A cache holds at most its cap of objects:
+//! kept as JSON text, so an answer is a copy of text, not a re-encoding; selectors are matched
+//! in memory on their labels, found in that text ([`crate::object_labels`]), not copied. A cache holds at most its cap of objects:
 //! past it, it drops everything and answers `unavailable` until a list fits again, so a cluster
 //! bigger than the operator planned for costs a refusal, never the operator's memory.
 //!
@@ -19,6 +19,7 @@ use tfjob_policy_logic::label_selector::LabelSelector;
 
 use crate::cluster_objects;
 use crate::cluster_reads::Resource;
+use crate::object_labels::ObjectLabels;
 
 /// Objects one resource's cache holds unless configured otherwise.
 pub const DEFAULT_OBJECT_CAP: usize = 20_000;
@@ -65,7 +66,8 @@ pub enum Unanswerable {
 
 #[derive(Debug)]
 struct Entry {
-    labels: BTreeMap<String, String>,
+    /// Spans of `json`, most often: the labels are not kept twice.
+    labels: ObjectLabels,
     json: Arc<str>,
 }
 
@@ -130,7 +132,7 @@ impl ResourceCache {
         self.objects.is_empty()
     }
 
-    /// The JSON text held, in bytes (labels and keys come on top).
+    /// The JSON text held, in bytes (keys and label spans come on top).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -265,7 +267,7 @@ impl ResourceCache {
         };
         let mut matched = in_scope
             .filter(|((ns, name), e)| {
-                keep(ns, name) && selector.matches(|k| e.labels.get(k).map(String::as_str))
+                keep(ns, name) && selector.matches(|k| e.labels.get(&e.json, k))
             })
             .map(|(_, e)| Arc::clone(&e.json));
         let items: Vec<Arc<str>> = matched.by_ref().take(most).collect();
@@ -308,11 +310,12 @@ fn entry(resource: Resource, mut object: Value, newest: &mut String) -> Option<(
     }
     cluster_objects::trim(resource, &mut object);
     let labels = tfjob_policy_logic::label_selector::labels(&object);
+    let json: Arc<str> = Arc::from(object.to_string());
     Some((
         key,
         Entry {
-            labels,
-            json: Arc::from(object.to_string()),
+            labels: ObjectLabels::index(&json, labels),
+            json,
         },
     ))
 }

@@ -8,13 +8,14 @@
 //!
 //! | resource | also dropped |
 //! | --- | --- |
-//! | `nodes` | `status.images` (every image on the node), `status.volumesInUse`, `status.volumesAttached`, `status.daemonEndpoints`, `status.config` |
+//! | `nodes` | `status.images` (every image on the node), `status.volumesInUse`, `status.volumesAttached`, `status.daemonEndpoints`, `status.config`, the conditions' `lastHeartbeatTime` (it changes at every heartbeat, decides nothing), `status.nodeInfo`'s `machineID`, `systemUUID` and `bootID` |
 //! | `namespaces` | nothing else |
 //! | `configmaps` | `binaryData` |
 //! | `tfjobs` | `status.conditions[].message` longer than 1 KiB is cut |
 //!
 //! Labels, annotations (but the one above), `spec`, node `capacity` / `allocatable` /
-//! `conditions` / `nodeInfo` and every field not named here stay.
+//! `conditions` / `addresses` / the rest of `nodeInfo` (versions, OS, architecture) and every
+//! field not named here stay.
 
 use serde_json::Value;
 
@@ -30,6 +31,8 @@ const NODE_STATUS_DROPPED: [&str; 5] = [
     "daemonEndpoints",
     "config",
 ];
+/// Node identities no decision reads (`status.nodeInfo`).
+const NODE_INFO_DROPPED: [&str; 3] = ["machineID", "systemUUID", "bootID"];
 /// The longest TFJob condition message kept, in bytes.
 const MAX_CONDITION_MESSAGE: usize = 1024;
 
@@ -49,6 +52,17 @@ pub fn trim(resource: Resource, object: &mut Value) {
             if let Some(status) = object.get_mut("status").and_then(Value::as_object_mut) {
                 for field in NODE_STATUS_DROPPED {
                     status.remove(field);
+                }
+                if let Some(info) = status.get_mut("nodeInfo").and_then(Value::as_object_mut) {
+                    for field in NODE_INFO_DROPPED {
+                        info.remove(field);
+                    }
+                }
+                let conditions = status.get_mut("conditions").and_then(Value::as_array_mut);
+                for condition in conditions.into_iter().flatten() {
+                    if let Some(condition) = condition.as_object_mut() {
+                        condition.remove("lastHeartbeatTime");
+                    }
                 }
             }
         }
@@ -91,9 +105,10 @@ mod tests {
             "status": {
                 "capacity": {"nvidia.com/gpu": "8"},
                 "allocatable": {"nvidia.com/gpu": "8"},
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-01T10:00:00Z", "lastTransitionTime": "2026-11-20T08:00:00Z"}],
                 "images": [{"names": ["tf:2.15"], "sizeBytes": 1}],
                 "volumesInUse": ["v"],
+                "nodeInfo": {"machineID": "m", "systemUUID": "u", "bootID": "b", "kubeletVersion": "v1.31.4", "architecture": "amd64"},
             },
         });
         trim(Resource::Nodes, &mut node);
@@ -109,7 +124,8 @@ mod tests {
                 "status": {
                     "capacity": {"nvidia.com/gpu": "8"},
                     "allocatable": {"nvidia.com/gpu": "8"},
-                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-20T08:00:00Z"}],
+                    "nodeInfo": {"kubeletVersion": "v1.31.4", "architecture": "amd64"},
                 },
             })
         );

@@ -37,6 +37,7 @@ pub mod hook_call;
 pub mod loaded_budget;
 pub mod local;
 pub mod metrics;
+mod object_labels;
 mod preinit;
 pub mod resident;
 mod sandbox;

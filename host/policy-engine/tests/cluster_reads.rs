@@ -4,7 +4,6 @@
 //! whatever the guest does with the error, the engine serving other calls afterwards.
 //! Components built against 0.2.0 keep running unchanged.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Value, json};
@@ -32,17 +31,7 @@ fn hostile() -> Arc<CompiledPolicy> {
 
 /// Worker 0 of job `vision/mnist`.
 fn pod_context() -> PodContext {
-    PodContext {
-        job_name: "mnist".into(),
-        namespace: "vision".into(),
-        job_uid: "uid".into(),
-        job_labels: BTreeMap::new(),
-        job_annotations: BTreeMap::new(),
-        replica_type: "Worker".into(),
-        replica_index: 0,
-        replica_count: 1,
-        attempt: 0,
-    }
+    PodContext::single_worker("vision", "mnist")
 }
 
 fn ctx() -> JobContext {

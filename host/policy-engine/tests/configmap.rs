@@ -60,17 +60,7 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 fn ctx() -> PodContext {
-    PodContext {
-        job_name: "mnist".into(),
-        namespace: "ml".into(),
-        job_uid: "uid".into(),
-        job_labels: BTreeMap::new(),
-        job_annotations: BTreeMap::new(),
-        replica_type: "Worker".into(),
-        replica_index: 0,
-        replica_count: 1,
-        attempt: 0,
-    }
+    PodContext::single_worker("ml", "mnist")
 }
 
 fn pod() -> Pod {

@@ -3,7 +3,6 @@
 //! pod field; and the engine keeps serving other policies afterwards. A policy that keeps
 //! failing trips its circuit breaker and is no longer called.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -61,17 +60,7 @@ fn hostile() -> Arc<CompiledPolicy> {
 }
 
 fn ctx() -> PodContext {
-    PodContext {
-        job_name: "mnist".into(),
-        namespace: "ml".into(),
-        job_uid: "uid".into(),
-        job_labels: BTreeMap::new(),
-        job_annotations: BTreeMap::new(),
-        replica_type: "Worker".into(),
-        replica_index: 0,
-        replica_count: 1,
-        attempt: 0,
-    }
+    PodContext::single_worker("ml", "mnist")
 }
 
 fn wit_ctx() -> JobContext {
