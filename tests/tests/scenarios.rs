@@ -1923,9 +1923,10 @@ fn asking(cpu: &str, selector: Option<Value>) -> Value {
     json!({"tfReplicaSpecs": {"Worker": worker}})
 }
 
-async fn label_namespace(ns: &Ns) {
+/// Labels the namespace `team=vision`; its resourceVersion after that.
+async fn label_namespace(ns: &Ns) -> String {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ns.client.clone());
-    namespaces
+    let labelled = namespaces
         .patch(
             &ns.name,
             &PatchParams::default(),
@@ -1933,6 +1934,10 @@ async fn label_namespace(ns: &Ns) {
         )
         .await
         .expect("the namespace is labelled");
+    labelled
+        .metadata
+        .resource_version
+        .expect("a resourceVersion")
 }
 
 async fn too_big_fails(ns: &Ns) {
@@ -1953,9 +1958,14 @@ async fn too_big_fails(ns: &Ns) {
 }
 
 async fn fitting_runs(ns: &Ns) {
-    const S: &str = "a worker that fits runs, labelled with its namespace's team";
-    label_namespace(ns).await;
-    let j = ns.submit(S, "fits", asking("2", None)).await;
+    const S: &str =
+        "a worker that fits runs, labelled with its namespace's team, saying what was read";
+    let version = label_namespace(ns).await;
+    let mut spec = asking("2", None);
+    // A job author's copy of the provenance is not kept.
+    spec["tfReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["policy.tfjob.dev/reads"] =
+        json!("[{\"forged\":true}]");
+    let j = ns.submit(S, "fits", spec).await;
     j.until_true(Succeeded).await;
     let pods = j.pods().await;
     let labels = pods[0].metadata.labels.clone().unwrap_or_default();
@@ -1963,6 +1973,21 @@ async fn fitting_runs(ns: &Ns) {
         labels.get("team").map(String::as_str),
         Some("vision"),
         "[{S}] {labels:?}"
+    );
+    let annotations = pods[0].metadata.annotations.clone().unwrap_or_default();
+    let reads: Value = serde_json::from_str(&annotations["policy.tfjob.dev/reads"])
+        .unwrap_or_else(|e| panic!("[{S}] {e}: {annotations:?}"));
+    assert_eq!(reads.as_array().map(Vec::len), Some(1), "[{S}] {reads}");
+    assert!(
+        reads[0]["policy"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("default-decorate@")),
+        "[{S}] {reads}"
+    );
+    assert_eq!(
+        reads[0]["reads"],
+        json!([{"resource": "namespaces", "what": ns.name, "objects": 1, "resourceVersion": version}]),
+        "[{S}] the namespace as labelled"
     );
 }
 

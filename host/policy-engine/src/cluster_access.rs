@@ -87,7 +87,8 @@ pub struct ReadRecord {
     pub what: String,
     /// Objects answered.
     pub objects: usize,
-    /// The cache's resourceVersion when it answered.
+    /// A `get`'s object's own resourceVersion (the cache's when there was none); a `list`'s,
+    /// the cache's when it answered.
     pub resource_version: String,
 }
 
@@ -212,16 +213,20 @@ impl CallReads {
         }
         let shared = self.reader.cache.resource(resource)?;
         let (found, freshness) = cluster_cache::read(&shared).get(namespace, name)?;
-        let size = found.as_deref().map_or(0, str::len);
+        let size = found.as_ref().map_or(0, |c| c.json.len());
         self.charge(resource, size)?;
         self.record(ReadRecord {
             resource,
             namespace: namespace.to_owned(),
             what: name.to_owned(),
             objects: usize::from(found.is_some()),
-            resource_version: freshness.resource_version.clone(),
+            // The object's own version when it exists; the cache's, at which it did not.
+            resource_version: found.as_ref().map_or_else(
+                || freshness.resource_version.clone(),
+                |c| c.resource_version.clone(),
+            ),
         });
-        Ok((found, freshness))
+        Ok((found.map(|c| c.json), freshness))
     }
 
     fn try_list(

@@ -3,7 +3,7 @@
 //!
 //! Objects are trimmed to the field mask ([`crate::cluster_objects::trim`]) as they enter and
 //! kept as JSON text, so an answer is a copy of text, not a re-encoding; selectors are matched
-//! in memory on their labels, found in that text ([`crate::object_labels`]), not copied. A cache holds at most its cap of objects:
+//! in memory on their labels, found in that text ([`crate::object_text`]), not copied. A cache holds at most its cap of objects:
 //! past it, it drops everything and answers `unavailable` until a list fits again, so a cluster
 //! bigger than the operator planned for costs a refusal, never the operator's memory.
 //!
@@ -19,7 +19,7 @@ use tfjob_policy_logic::label_selector::LabelSelector;
 
 use crate::cluster_objects;
 use crate::cluster_reads::Resource;
-use crate::object_labels::ObjectLabels;
+use crate::object_text::{ObjectLabels, Span};
 
 /// Objects one resource's cache holds unless configured otherwise.
 pub const DEFAULT_OBJECT_CAP: usize = 20_000;
@@ -68,7 +68,17 @@ pub enum Unanswerable {
 struct Entry {
     /// Spans of `json`, most often: the labels are not kept twice.
     labels: ObjectLabels,
+    /// Where `json` says the object's resourceVersion.
+    version: Option<Span>,
     json: Arc<str>,
+}
+
+/// An object a cache holds: its trimmed JSON and its own resourceVersion (empty if it had
+/// none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cached {
+    pub json: Arc<str>,
+    pub resource_version: String,
 }
 
 /// Key of an object: namespace (empty when cluster-scoped) and name.
@@ -237,12 +247,17 @@ impl ResourceCache {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<(Option<Arc<str>>, Freshness), Unanswerable> {
+    ) -> Result<(Option<Cached>, Freshness), Unanswerable> {
         let freshness = self.freshness()?;
         let found = self
             .objects
             .get(&(namespace.to_owned(), name.to_owned()))
-            .map(|e| Arc::clone(&e.json));
+            .map(|e| Cached {
+                json: Arc::clone(&e.json),
+                resource_version: e
+                    .version
+                    .map_or_else(String::new, |v| v.read(&e.json).to_owned()),
+            });
         Ok((found, freshness))
     }
 
@@ -311,10 +326,13 @@ fn entry(resource: Resource, mut object: Value, newest: &mut String) -> Option<(
     cluster_objects::trim(resource, &mut object);
     let labels = tfjob_policy_logic::label_selector::labels(&object);
     let json: Arc<str> = Arc::from(object.to_string());
+    let version =
+        resource_version(&object).and_then(|rv| Span::of_field(&json, "resourceVersion", rv));
     Some((
         key,
         Entry {
             labels: ObjectLabels::index(&json, labels),
+            version,
             json,
         },
     ))
@@ -428,7 +446,9 @@ mod tests {
                 resource_version: "5".into()
             }
         );
-        let found: Value = serde_json::from_str(&found.unwrap()).unwrap();
+        let found = found.unwrap();
+        assert_eq!(found.resource_version, "5", "the object's own version");
+        let found: Value = serde_json::from_str(&found.json).unwrap();
         assert!(
             found.pointer("/metadata/managedFields").is_none(),
             "trimmed"

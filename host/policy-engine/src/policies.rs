@@ -32,12 +32,14 @@ use tfjob_policy_logic::text;
 
 use crate::bindings;
 use crate::breaker::Breakers;
+use crate::cluster_access::ReadJournal;
 use crate::cluster_cache::ClusterCache;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::field_diff::{self, FieldDifference};
 use crate::hook_call::{self, Caller, Observed};
 use crate::metrics::PolicyMetrics;
+use crate::read_provenance::{self, PolicyReads};
 use crate::registry::{ActivePolicy, FailurePolicy, PolicyMode, PolicySet, Registry};
 use crate::verdict_cache::{VerdictCache, VerdictKey};
 
@@ -59,6 +61,15 @@ pub struct WasmPolicies {
     breakers: Breakers,
     /// The cluster objects policies that declared reads are answered from.
     cluster: Arc<ClusterCache>,
+}
+
+/// What `p` read, from the journal of its call, if anything.
+fn policy_reads(p: &ActivePolicy, journal: &ReadJournal) -> Option<PolicyReads> {
+    let records = std::mem::take(&mut *journal.lock().unwrap_or_else(|e| e.into_inner()));
+    (!records.is_empty()).then(|| PolicyReads {
+        policy: p.label(),
+        reads: records,
+    })
 }
 
 /// Event reason of the note a job gets when a policy was not called because it is tripped.
@@ -88,6 +99,14 @@ impl WasmPolicies {
     /// Where the policies' calls run.
     fn caller(&self) -> Caller<'_> {
         Caller::new(&self.engine, &self.cluster)
+    }
+
+    /// The caller for `p`, writing what it reads into `journal` when it may read.
+    fn recording<'a>(&'a self, p: &ActivePolicy, journal: &'a ReadJournal) -> Caller<'a> {
+        Caller {
+            journal: (!p.reads.is_empty()).then_some(journal),
+            ..self.caller()
+        }
     }
 
     pub fn with_breakers(mut self, breakers: Breakers) -> WasmPolicies {
@@ -378,10 +397,16 @@ impl PodPolicies for WasmPolicies {
         // The enforced steps are kept only when a shadow policy needs them for comparison.
         let (keep_decorate, keep_resources) = (shadows(Hook::Decorate), shadows(Hook::Resources));
         let mut steps = Vec::new();
+        // What the policies that shaped the pod read, for its provenance.
+        let mut reads = Vec::new();
         for p in set.enforced(Hook::Decorate, &ctx.namespace, &ctx.job_labels) {
+            let journal = ReadJournal::default();
             let result = self.measured(p, Hook::Decorate, || {
-                hook_call::decorate(self.caller(), p, &wit_ctx, &current)
+                hook_call::decorate(self.recording(p, &journal), p, &wit_ctx, &current)
             });
+            if result.is_ok() {
+                reads.extend(policy_reads(p, &journal));
+            }
             let result = result.map(|out| {
                 if keep_decorate {
                     steps.push(Step {
@@ -407,9 +432,18 @@ impl PodPolicies for WasmPolicies {
         }
         for p in set.enforced(Hook::Resources, &ctx.namespace, &ctx.job_labels) {
             let mut candidate = current.clone();
+            let journal = ReadJournal::default();
             let result = self.measured(p, Hook::Resources, || {
-                hook_call::resources_of_pod(self.caller(), p, &wit_ctx, &mut candidate)
+                hook_call::resources_of_pod(
+                    self.recording(p, &journal),
+                    p,
+                    &wit_ctx,
+                    &mut candidate,
+                )
             });
+            if result.is_ok() {
+                reads.extend(policy_reads(p, &journal));
+            }
             let result = result.map(|()| {
                 if keep_resources {
                     steps.push(Step {
@@ -438,12 +472,19 @@ impl PodPolicies for WasmPolicies {
             category: Category::InvalidOutput,
             message: format!("the policies' pod is not a valid Pod: {e}"),
         })?;
+        // Only the operator says what was read: a template's copy of the annotation goes.
+        if let Some(annotations) = &mut shaped.metadata.annotations {
+            annotations.remove(read_provenance::READS_ANNOTATION);
+        }
         if !applied.is_empty() {
-            shaped
+            let annotations = shaped
                 .metadata
                 .annotations
-                .get_or_insert_with(Default::default)
-                .insert(APPLIED_ANNOTATION.to_owned(), applied.join(","));
+                .get_or_insert_with(Default::default);
+            annotations.insert(APPLIED_ANNOTATION.to_owned(), applied.join(","));
+            if let Some(text) = read_provenance::annotation(&reads) {
+                annotations.insert(read_provenance::READS_ANNOTATION.to_owned(), text);
+            }
         }
         Ok(ShapedPod {
             pod: shaped,

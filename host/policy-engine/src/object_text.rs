@@ -1,15 +1,17 @@
-//! The labels of a cached object, found in its JSON text instead of copied beside it, so that
-//! a cache of thousands of nodes keeps each label once. A valid label key or value never needs
-//! escaping in JSON (keys are DNS subdomains, `/` and names; values are alphanumerics, `-`,
-//! `_` and `.`), so every label's `"key":"value"` pair appears verbatim in the object's
-//! serialised text, and its key and value are spans of it. Any occurrence of that exact pair
-//! will do (an annotation of the same key and value has the same bytes). A label that would
-//! need escaping, which an API server never serves but a fixture might, makes the object keep
-//! its labels as an owned copy instead.
+//! Fields of a cached object read from its JSON text instead of copied beside it, so that a
+//! cache of thousands of nodes keeps each once: its labels, for selectors, and its
+//! resourceVersion, for provenance. Neither ever needs escaping in JSON: a valid label key is
+//! a DNS subdomain, `/` and a name, a value alphanumerics, `-`, `_` and `.`, and a
+//! resourceVersion is the server's plain token. So each `"key":"value"` pair appears verbatim
+//! in the object's serialised text, and its key and value are spans of it. Any occurrence of
+//! that exact pair will do (an annotation of the same key and value has the same bytes). A
+//! label that would need escaping, which an API server never serves but a fixture might, makes
+//! the object keep its labels as an owned copy instead (and such a resourceVersion is not
+//! kept).
 
 use std::collections::BTreeMap;
 
-/// Where a label's key and value lie in an object's JSON text.
+/// Where a field's key or value lies in an object's JSON text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Span {
     start: u32,
@@ -20,6 +22,16 @@ impl Span {
     fn of(text: &str, span: Span) -> &str {
         let start = span.start as usize;
         &text[start..start + span.len as usize]
+    }
+
+    /// The span of `value` where `"field":"value"` appears verbatim in `text`.
+    pub(crate) fn of_field(text: &str, field: &str, value: &str) -> Option<Span> {
+        pair_in(text, field, value).map(|(_, value)| value)
+    }
+
+    /// The text it spans in `text`.
+    pub(crate) fn read(self, text: &str) -> &str {
+        Span::of(text, self)
     }
 }
 
@@ -120,6 +132,19 @@ mod tests {
         let (text, labels) = indexed(&object);
         assert!(matches!(labels, ObjectLabels::Owned(_)));
         assert_eq!(labels.get(&text, "quo\"te"), Some("v"));
+    }
+
+    #[test]
+    fn a_resource_version_is_read_from_the_text() {
+        let object = json!({"metadata": {
+            "annotations": {"resourceVersion": "forged"},
+            "name": "n",
+            "resourceVersion": "4711",
+        }});
+        let text = object.to_string();
+        let span = Span::of_field(&text, "resourceVersion", "4711").expect("found");
+        assert_eq!(span.read(&text), "4711");
+        assert_eq!(Span::of_field(&text, "resourceVersion", "47"), None);
     }
 
     #[test]
