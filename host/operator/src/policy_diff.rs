@@ -12,6 +12,10 @@
 //! Nothing the planner decides is executed. A candidate the operator would refuse (it does not
 //! load, a guard rejects its pod, its verdict contradicts a pod) is reported as refused, with
 //! the operator's reason, because it is the same engine and the same guard.
+//!
+//! Policies that read the cluster read it here too, from caches filled by one list per
+//! resource that either set was granted (trimmed and bounded as the operator's), so a reading
+//! candidate is judged on the objects it would see; what each read shows in the report.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,7 +25,7 @@ use anyhow::{Context as _, anyhow};
 use clap::{Args, ValueEnum};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::error_boundary::DeserializeGuard;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -29,13 +33,17 @@ use tfjob_api::TFJob;
 use tfjob_planner::{
     Classified, PlanInput, PodContext, PodPolicies, PolicyError, Settings, ShapedPod, Verdict, plan,
 };
+use tfjob_policy_engine::cluster_cache::{ClusterCache, DEFAULT_OBJECT_CAP, ResourceCache};
+use tfjob_policy_engine::cluster_reads::Resource;
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus};
 use tfjob_policy_engine::field_diff;
 use tfjob_policy_engine::policies::APPLIED_ANNOTATION;
+use tfjob_policy_engine::read_provenance::READS_ANNOTATION;
 use tfjob_policy_engine::{
     ActivePolicy, Breakers, PolicyEngine, PolicyManifest, PolicySet, Registry, WasmPolicies,
     activate,
 };
+use tfjob_policy_sync::read_caches;
 
 /// Differences reported per pod at most; the count says if there were more.
 const MAX_FIELDS: usize = 200;
@@ -94,6 +102,8 @@ pub struct Observed {
     pub pods: Vec<Pod>,
     pub services: Vec<Service>,
     pub configmaps: Vec<ConfigMap>,
+    /// The objects the policies of either set may read, for their reads.
+    pub cluster: Arc<ClusterCache>,
 }
 
 /// The whole answer.
@@ -138,6 +148,9 @@ pub struct PodDiff {
     /// The policies that would shape it (`name@digest`), when they differ.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policies: Option<(String, String)>,
+    /// What the policies that shaped it read (`policy.tfjob.dev/reads`), when it differs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<(Value, Value)>,
     pub fields: Vec<Field>,
     /// More differences than reported.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -184,7 +197,7 @@ pub fn main(args: &DiffArgs) -> anyhow::Result<String> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let observed = runtime.block_on(read_cluster(args))?;
+    let mut observed = runtime.block_on(read_cluster(args))?;
     let builtin: Vec<Arc<ActivePolicy>> =
         tfjob_policy_engine::defaults::load_defaults(&engine, &Default::default())
             .context("loading the default policies")?
@@ -192,6 +205,9 @@ pub fn main(args: &DiffArgs) -> anyhow::Result<String> {
             .map(Arc::new)
             .collect();
     let current = current_set(&engine, &builtin, &observed.configmaps, &cluster_wide);
+    let mut read = read_caches::needed(&current);
+    read.extend(candidate.reads.iter().map(|g| g.resource));
+    observed.cluster = runtime.block_on(read_objects(args, &read))?;
     let report = compare(&engine, current, &candidate, &observed, Timestamp::now());
     Ok(match args.output {
         DiffFormat::Json => format!(
@@ -327,7 +343,41 @@ async fn read_cluster(args: &DiffArgs) -> anyhow::Result<Observed> {
             .await
             .context("listing policy ConfigMaps")?
             .items,
+        cluster: Arc::default(),
     })
+}
+
+/// Caches of `resources`, each filled by one list, as the operator's watches fill theirs. A
+/// resource this identity may not list (or a Kueue resource where Kueue is not installed) is
+/// left without a cache: its reads answer `unavailable`, as they would in the operator.
+async fn read_objects(
+    args: &DiffArgs,
+    resources: &BTreeSet<Resource>,
+) -> anyhow::Result<Arc<ClusterCache>> {
+    let cluster = Arc::new(ClusterCache::new());
+    if resources.is_empty() {
+        return Ok(cluster);
+    }
+    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
+    for &resource in resources {
+        let api: Api<DynamicObject> =
+            Api::all_with(client.clone(), &read_caches::api_resource(resource));
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                let objects = list
+                    .items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).unwrap_or_default());
+                cluster.insert(ResourceCache::of(resource, DEFAULT_OBJECT_CAP, objects));
+            }
+            Err(e) => tracing::warn!(
+                %resource,
+                error = %e,
+                "cannot list what policies read; their reads of it answer unavailable"
+            ),
+        }
+    }
+    Ok(cluster)
 }
 
 /// The set the operator serves now: the built-in policies and the ConfigMaps it reports
@@ -410,6 +460,7 @@ pub fn compare(
     let seam = |set: PolicySet| {
         WasmPolicies::new(Arc::clone(engine), Arc::new(Registry::new(set)))
             .with_breakers(Breakers::disabled())
+            .with_cluster(Arc::clone(&observed.cluster))
     };
     let (current, proposed) = (seam(current), seam(with_candidate));
     let mut report = Report {
@@ -553,6 +604,16 @@ fn refusal(set: &str, e: &PolicyError, shaping: bool) -> Refusal {
 /// The differences between the pod shaped by the current set and by the candidate's, the
 /// annotation naming the policies reported on its own.
 fn pod_diff(name: &str, a: &ShapedPod, b: &ShapedPod) -> Option<PodDiff> {
+    let reads_of = |p: &ShapedPod| {
+        p.pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(READS_ANNOTATION))
+            .map_or(Value::Null, |text| {
+                serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))
+            })
+    };
     let strip = |p: &ShapedPod| {
         let mut v = serde_json::to_value(&p.pod).unwrap_or(Value::Null);
         if let Some(annotations) = v
@@ -560,6 +621,7 @@ fn pod_diff(name: &str, a: &ShapedPod, b: &ShapedPod) -> Option<PodDiff> {
             .and_then(Value::as_object_mut)
         {
             annotations.remove(APPLIED_ANNOTATION);
+            annotations.remove(READS_ANNOTATION);
             if annotations.is_empty()
                 && let Some(meta) = v.pointer_mut("/metadata").and_then(Value::as_object_mut)
             {
@@ -572,12 +634,14 @@ fn pod_diff(name: &str, a: &ShapedPod, b: &ShapedPod) -> Option<PodDiff> {
     let truncated = fields.len() > MAX_FIELDS;
     fields.truncate(MAX_FIELDS);
     let policies = (a.applied != b.applied).then(|| (a.applied.join(","), b.applied.join(",")));
+    let reads = Some((reads_of(a), reads_of(b))).filter(|(a, b)| a != b);
     if fields.is_empty() && policies.is_none() {
         return None;
     }
     Some(PodDiff {
         pod: name.to_owned(),
         policies,
+        reads,
         fields: fields
             .into_iter()
             .map(|d| Field {
@@ -672,6 +736,9 @@ pub fn render(report: &Report) -> String {
             out.push_str(&format!("  pod {} (to be created)\n", pod.pod));
             if let Some((a, b)) = &pod.policies {
                 out.push_str(&format!("    policies: {a} -> {b}\n"));
+            }
+            if let Some((a, b)) = &pod.reads {
+                out.push_str(&format!("    reads: {a} -> {b}\n"));
             }
             for f in &pod.fields {
                 out.push_str(&format!(

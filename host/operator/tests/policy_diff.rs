@@ -45,6 +45,11 @@ fn diff(c: &Cluster, args: &[&str]) -> (i32, String, String) {
 /// Writes the candidate: the test policy decorating with `decorate` (a JSON pointer and value)
 /// and classifying every pod as `phase`, selecting jobs labelled `team: vision`.
 fn candidate(c: &Cluster, settings: Value) -> (String, String) {
+    reading_candidate(c, settings, &[])
+}
+
+/// [`candidate`] declaring that it reads `reads` (cluster-scoped resources).
+fn reading_candidate(c: &Cluster, settings: Value, reads: &[&str]) -> (String, String) {
     let wasm = c.dir.path().join("what-if.wasm");
     std::fs::write(&wasm, HOSTILE_POLICY_WASM).unwrap();
     let manifest = c.dir.path().join("policy.yaml");
@@ -55,6 +60,7 @@ fn candidate(c: &Cluster, settings: Value) -> (String, String) {
         "order": -10,
         "selector": {"matchLabels": {"team": "vision"}},
         "settings": settings,
+        "reads": reads.iter().map(|r| json!({"resource": r})).collect::<Vec<_>>(),
     }))
     .unwrap();
     std::fs::write(&manifest, text).unwrap();
@@ -76,6 +82,18 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         // The operator stops here: from now on nothing writes to the cluster but the diff
         // could (the pods run for an hour; the simulated kubelet has nothing to report).
     }
+    // The namespace a reading candidate will read, labelled before the cluster stands still.
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(c.client());
+    let labelled = c
+        .runtime
+        .block_on(namespaces.patch(
+            NS,
+            &kube::api::PatchParams::apply("policy-diff-test"),
+            &kube::api::Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": NS, "labels": {"cost-center": "cc-7"}}})),
+        ))
+        .expect("the namespace is labelled");
+    let version = labelled.metadata.resource_version.unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let store = std::sync::Arc::clone(c.cluster.store());
     let before = store.resource_version();
@@ -161,6 +179,52 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         "{table}"
     );
     assert!(!table.contains("ml/speech"), "not selected: {table}");
+
+    // A candidate that reads the cluster reads the live one: its Namespace, as labelled.
+    let (wasm, manifest) = reading_candidate(
+        &c,
+        json!({"mode": "read", "reads": [{"resource": "namespaces", "name": NS}]}),
+        &["namespaces"],
+    );
+    let (code, out, err) = diff(
+        &c,
+        &[
+            "--policy",
+            &wasm,
+            "--manifest",
+            &manifest,
+            "-n",
+            NS,
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["refused"], json!([]), "{report:#}");
+    let pod = &job["pods"][0];
+    let answered: Value = serde_json::from_str(
+        pod["fields"][0]["candidate"]
+            .as_str()
+            .expect("the read's answer"),
+    )
+    .unwrap();
+    assert_eq!(
+        pod["fields"][0]["path"],
+        "metadata.annotations[\"hostile/read\"]"
+    );
+    assert_eq!(answered[0]["object"], NS, "{answered}");
+    assert_eq!(
+        pod["reads"][0],
+        Value::Null,
+        "the current set reads nothing"
+    );
+    assert_eq!(
+        pod["reads"][1][0]["reads"],
+        json!([{"resource": "namespaces", "what": NS, "objects": 1, "resourceVersion": version}]),
+        "{pod:#}"
+    );
 
     // A candidate the guard would refuse is reported as refused, by the same guard.
     let (wasm, manifest) = candidate(
