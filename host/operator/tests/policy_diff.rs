@@ -42,6 +42,26 @@ fn diff(c: &Cluster, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The JSON report of `policy diff` of the candidate `wasm` under `manifest` in namespace
+/// [`NS`], which must succeed.
+fn json_report(c: &Cluster, wasm: &str, manifest: &str) -> Value {
+    let (code, out, err) = diff(
+        c,
+        &[
+            "--policy",
+            wasm,
+            "--manifest",
+            manifest,
+            "-n",
+            NS,
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 /// Writes the candidate: the test policy decorating with `decorate` (a JSON pointer and value)
 /// and classifying every pod as `phase`, selecting jobs labelled `team: vision`.
 fn candidate(c: &Cluster, settings: Value) -> (String, String) {
@@ -186,21 +206,7 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         json!({"mode": "read", "reads": [{"resource": "namespaces", "name": NS}]}),
         &["namespaces"],
     );
-    let (code, out, err) = diff(
-        &c,
-        &[
-            "--policy",
-            &wasm,
-            "--manifest",
-            &manifest,
-            "-n",
-            NS,
-            "-o",
-            "json",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let report: Value = serde_json::from_str(&out).unwrap();
+    let report = json_report(&c, &wasm, &manifest);
     let job = &report["jobs"][0];
     assert_eq!(job["refused"], json!([]), "{report:#}");
     let pod = &job["pods"][0];
@@ -231,21 +237,7 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         &c,
         json!({"mode": "edit", "path": "/spec/containers/0/image", "value": "evil:latest"}),
     );
-    let (code, out, err) = diff(
-        &c,
-        &[
-            "--policy",
-            &wasm,
-            "--manifest",
-            &manifest,
-            "-n",
-            NS,
-            "-o",
-            "json",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let report: Value = serde_json::from_str(&out).unwrap();
+    let report = json_report(&c, &wasm, &manifest);
     let refused = &report["jobs"][0]["refused"];
     assert_eq!(refused[0]["set"], "candidate", "{report:#}");
     assert_eq!(refused[0]["step"], "shape");
