@@ -18,7 +18,7 @@ use tfjob_planner::Settings;
 use tfjob_policy_engine::cluster_cache::ClusterCache;
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{Breakers, PolicyMetrics, PolicySet, Registry, WasmPolicies};
-use tfjob_policy_sync::read_caches::{ReadCacheMetrics, ReadCaches};
+use tfjob_policy_sync::read_caches::{OverCapEvents, ReadCacheMetrics, ReadCaches};
 use tfjob_policy_sync::{PolicySync, SyncConfig, SyncMetrics};
 
 use crate::api_metrics::ApiMetrics;
@@ -215,6 +215,9 @@ async fn serve(
             policies.read_cache_objects,
             ReadCacheMetrics::register(&mut metrics),
         )
+        .with_events(config.instance.as_deref().map(|pod| {
+            OverCapEvents::regarding_pod(client.clone(), &default_policy_namespace(), pod)
+        }))
         .follow(Arc::clone(&registry), shutdown.clone()),
     );
 

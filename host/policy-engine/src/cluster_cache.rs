@@ -129,6 +129,11 @@ impl ResourceCache {
         self.resource
     }
 
+    /// The most objects it holds.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
     pub fn state(&self) -> &CacheState {
         &self.state
     }

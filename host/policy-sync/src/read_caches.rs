@@ -9,6 +9,11 @@
 //! the cluster: past it the cache holds nothing and answers `unavailable`, and the watch starts
 //! over after [`OVER_CAP_RETRY`] to see whether the objects fit again.
 //!
+//! Going over the cap is said three ways: a warning in the log, the
+//! `tfjob_policy_read_cache_over_cap` counter, and (when the operator knows its pod, from
+//! `$POD_NAME` and `$POD_NAMESPACE`) a `PolicyReadCacheOverCap` event regarding that pod, so that
+//! `kubectl describe pod` on the operator shows it.
+//!
 //! A namespaced resource is watched in every namespace (the job-namespace scope follows jobs
 //! wherever they are); the operator's RBAC decides what can actually be listed, and a watch it
 //! refuses leaves the cache unsynced, its reads `unavailable`.
@@ -18,8 +23,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -28,7 +37,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry as MetricsRegistry;
-use tfjob_policy_engine::cluster_cache::{self, ClusterCache, ResourceCache};
+use tfjob_policy_engine::cluster_cache::{self, CacheState, ClusterCache, ResourceCache};
 use tfjob_policy_engine::cluster_reads::Resource;
 use tfjob_policy_engine::{PolicySet, Registry};
 use tokio::task::JoinHandle;
@@ -127,12 +136,65 @@ impl ReadCacheMetrics {
     }
 }
 
+/// The events that say a cache went over its cap, regarding the operator's own pod.
+#[derive(Clone)]
+pub struct OverCapEvents {
+    client: Client,
+    pod: ObjectReference,
+}
+
+/// The event reason of a cache going over its cap.
+pub const OVER_CAP_REASON: &str = "PolicyReadCacheOverCap";
+
+impl OverCapEvents {
+    /// Events regarding pod `namespace/name` (the operator's).
+    pub fn regarding_pod(client: Client, namespace: &str, name: &str) -> OverCapEvents {
+        OverCapEvents {
+            client,
+            pod: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..ObjectReference::default()
+            },
+        }
+    }
+
+    async fn publish(&self, note: String) {
+        let now = Timestamp::now();
+        let namespace = self.pod.namespace.clone().unwrap_or_default();
+        let name = self.pod.name.clone().unwrap_or_default();
+        let event = KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("WatchPolicyReads".into()),
+            reason: Some(OVER_CAP_REASON.into()),
+            note: Some(note),
+            type_: Some("Warning".into()),
+            regarding: Some(self.pod.clone()),
+            reporting_controller: Some("tfjob-operator-policies".into()),
+            reporting_instance: Some(name),
+            ..KubeEvent::default()
+        };
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(error = %e, "could not publish the event of a read cache over its cap");
+        }
+    }
+}
+
 /// The running watches and the caches they fill.
 pub struct ReadCaches {
     client: Client,
     cluster: Arc<ClusterCache>,
     cap: usize,
     metrics: ReadCacheMetrics,
+    events: Option<OverCapEvents>,
     running: BTreeMap<Resource, JoinHandle<()>>,
 }
 
@@ -149,8 +211,15 @@ impl ReadCaches {
             cluster,
             cap,
             metrics,
+            events: None,
             running: BTreeMap::new(),
         }
+    }
+
+    /// Says with `events` when a cache goes over its cap (besides the log and the metric).
+    pub fn with_events(mut self, events: Option<OverCapEvents>) -> ReadCaches {
+        self.events = events;
+        self
     }
 
     /// The resources watched now.
@@ -181,7 +250,7 @@ impl ReadCaches {
             let cache = self.cluster.insert(ResourceCache::new(resource, self.cap));
             let api: Api<DynamicObject> =
                 Api::all_with(self.client.clone(), &api_resource(resource));
-            let task = tokio::spawn(feed(api, cache, self.metrics.clone()));
+            let task = tokio::spawn(feed(api, cache, self.metrics.clone(), self.events.clone()));
             self.running.insert(resource, task);
             tracing::info!(%resource, cap = self.cap, "an active policy reads this resource; its cache started");
         }
@@ -220,6 +289,7 @@ async fn feed(
     api: Api<DynamicObject>,
     cache: Arc<RwLock<ResourceCache>>,
     metrics: ReadCacheMetrics,
+    reporter: Option<OverCapEvents>,
 ) {
     let resource = cluster_cache::read(&cache).resource();
     loop {
@@ -234,24 +304,47 @@ async fn feed(
                     continue;
                 }
             };
-            let mut held = cluster_cache::write(&cache);
-            let overflows = held.overflows();
-            match event {
-                Event::Init => held.begin_list(),
-                Event::InitApply(o) => held.listed(to_json(o)),
-                Event::InitDone => held.end_list(),
-                Event::Apply(o) => held.apply(to_json(o)),
-                Event::Delete(o) => held.delete(&to_json(o)),
-            }
-            metrics.observe(&held);
-            if held.overflows() != overflows {
+            let over_cap = {
+                let mut held = cluster_cache::write(&cache);
+                let overflows = held.overflows();
+                match event {
+                    Event::Init => held.begin_list(),
+                    Event::InitApply(o) => held.listed(to_json(o)),
+                    Event::InitDone => held.end_list(),
+                    Event::Apply(o) => held.apply(to_json(o)),
+                    Event::Delete(o) => held.delete(&to_json(o)),
+                }
+                metrics.observe(&held);
+                (held.overflows() != overflows).then(|| over_cap_note(&held))
+            };
+            if let Some(note) = over_cap {
                 // The cache dropped everything: stop watching a resource it cannot hold.
                 metrics.overflowed(resource);
+                if let Some(reporter) = &reporter {
+                    reporter.publish(note).await;
+                }
                 break;
             }
         }
         tokio::time::sleep(OVER_CAP_RETRY).await;
     }
+}
+
+/// What the event of a cache over its cap says.
+fn over_cap_note(cache: &ResourceCache) -> String {
+    let seen = match cache.state() {
+        CacheState::OverCap { objects } => *objects,
+        _ => cache.len(),
+    };
+    let resource = cache.resource();
+    format!(
+        "the cache of {resource} that policies read holds at most {} objects and more exist \
+         ({seen} seen when it stopped): reads of {resource} answer unavailable (their \
+         policies' failurePolicy applies) until a list fits, tried again every {} s; raise \
+         --policy-read-cache-objects, or have fewer policies read {resource}",
+        cache.cap(),
+        OVER_CAP_RETRY.as_secs()
+    )
 }
 
 fn to_json(object: DynamicObject) -> serde_json::Value {
