@@ -45,6 +45,7 @@ const README_MD: &str = include_str!("../templates/policy-new/README.md");
 const GITIGNORE: &str = include_str!("../templates/policy-new/gitignore");
 const WORKER_POD: &str = include_str!("../templates/policy-new/worker.yaml");
 const OOM_KILLED_POD: &str = include_str!("../templates/policy-new/oom-killed.yaml");
+const NAMESPACES: &str = include_str!("../templates/policy-new/namespaces.yaml");
 const PYTHON_APP: &str = include_str!("../templates/policy-new/python/app.py");
 const PYTHON_BUILD: &str = include_str!("../templates/policy-new/python/build.py");
 const PYTHON_README: &str = include_str!("../templates/policy-new/python/README.md");
@@ -108,6 +109,39 @@ pub struct NewArgs {
     /// binary carries, written into the crate's `vendor/`]. Rust only.
     #[arg(long, value_name = "DIR")]
     pub sdk_path: Option<PathBuf>,
+    /// The decoration also reads the cluster: it copies the labels of the job's Namespace that
+    /// its settings list (`namespaceLabels`), the suite declares `reads: [namespaces]` and
+    /// serves Namespaces from `cluster:` fixtures. Needs the decorate hook.
+    #[arg(long)]
+    pub reads: bool,
+}
+
+/// What a generated policy does: its hooks (in contract order), and whether its decoration
+/// reads the cluster. Template sections are named after either: `{{#decorate}}`, `{{#reads}}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub hooks: Vec<Hook>,
+    pub reads: bool,
+}
+
+impl Shape {
+    /// `hooks`, reading nothing.
+    #[cfg(test)]
+    pub fn of(hooks: &[Hook]) -> Shape {
+        Shape {
+            hooks: hooks.to_vec(),
+            reads: false,
+        }
+    }
+
+    /// Whether the section named `section` is kept; an error for a name no section has.
+    fn keeps(&self, section: &str) -> Result<bool, String> {
+        if section == "reads" {
+            return Ok(self.reads);
+        }
+        let hook: Hook = section.parse()?;
+        Ok(self.hooks.contains(&hook))
+    }
 }
 
 fn parse_hook(s: &str) -> Result<Hook, String> {
@@ -121,6 +155,8 @@ pub enum NewError {
     Name { name: String, reason: String },
     #[error("--hooks: {0}")]
     Hooks(String),
+    #[error("--reads: {0}")]
+    Reads(String),
     #[error("--dir {}: {reason}", dir.display())]
     Dir { dir: PathBuf, reason: String },
     #[error("--sdk-path: {0}")]
@@ -240,27 +276,27 @@ pub fn type_name(name: &str) -> String {
     out
 }
 
-/// Renders `template`: `{{key}}` takes `values[key]`; lines `{{#hook}}` and `{{/hook}}` keep
-/// what they enclose only for the hooks in `hooks`. Errors name what does not fit (a
-/// template of this crate's own, so a test renders every template for every choice of hooks).
+/// Renders `template`: `{{key}}` takes `values[key]`; lines `{{#section}}` and `{{/section}}`
+/// keep what they enclose only when `shape` has it (a hook, or `reads`). Errors name what does
+/// not fit (a template of this crate's own, so a test renders every template for every shape).
 pub fn render(
     template: &str,
-    hooks: &[Hook],
+    shape: &Shape,
     values: &BTreeMap<&str, String>,
 ) -> Result<String, String> {
     let mut out = String::with_capacity(template.len());
     // The sections open around the current line, and whether each keeps its content.
-    let mut open: Vec<(Hook, bool)> = Vec::new();
+    let mut open: Vec<(&str, bool)> = Vec::new();
     for (n, line) in template.lines().enumerate() {
         let trimmed = line.trim();
         if let Some(section) = trimmed
             .strip_prefix("{{#")
             .and_then(|s| s.strip_suffix("}}"))
         {
-            let hook: Hook = section
-                .parse()
+            let keep = shape
+                .keeps(section)
                 .map_err(|e| format!("line {}: {e}", n + 1))?;
-            open.push((hook, hooks.contains(&hook)));
+            open.push((section, keep));
             continue;
         }
         if let Some(section) = trimmed
@@ -268,7 +304,7 @@ pub fn render(
             .and_then(|s| s.strip_suffix("}}"))
         {
             match open.pop() {
-                Some((hook, _)) if hook.as_str() == section => continue,
+                Some((open_section, _)) if open_section == section => continue,
                 _ => return Err(format!("line {}: `{trimmed}` closes nothing open", n + 1)),
             }
         }
@@ -291,8 +327,8 @@ pub fn render(
         out.push_str(rest);
         out.push('\n');
     }
-    if let Some((hook, _)) = open.last() {
-        return Err(format!("{{{{#{hook}}}}} is never closed"));
+    if let Some((section, _)) = open.last() {
+        return Err(format!("{{{{#{section}}}}} is never closed"));
     }
     Ok(out)
 }
@@ -378,7 +414,8 @@ pub struct Generated {
 }
 
 /// The template values every language shares.
-fn values(name: &str, hooks: &[Hook], lang: Lang) -> BTreeMap<&'static str, String> {
+fn values(name: &str, shape: &Shape, lang: Lang) -> BTreeMap<&'static str, String> {
+    let hooks = &shape.hooks;
     let mut values = BTreeMap::new();
     values.insert("name", name.to_owned());
     values.insert("crate_name", name.replace('-', "_"));
@@ -386,11 +423,21 @@ fn values(name: &str, hooks: &[Hook], lang: Lang) -> BTreeMap<&'static str, Stri
     let names: Vec<&str> = hooks.iter().map(|h| h.as_str()).collect();
     values.insert("hooks", names.join(", "));
     values.insert("hooks_flag", names.join(","));
+    // What `policy pack` adds for the manifest to declare the reads.
+    let read_flag = if shape.reads {
+        " --read namespaces"
+    } else {
+        ""
+    };
+    values.insert("read_flag", read_flag.to_owned());
     values.insert("build_command", lang.build_command().to_owned());
     values.insert("component", lang.component(name));
     let mut example = Vec::new();
     if hooks.contains(&Hook::Decorate) {
         example.push(r#""team": "ml""#);
+    }
+    if shape.reads {
+        example.push(r#""namespaceLabels": ["cost-center"]"#);
     }
     if hooks.contains(&Hook::Resources) {
         example.push(r#""defaultMemoryRequest": "512Mi""#);
@@ -410,17 +457,18 @@ fn values(name: &str, hooks: &[Hook], lang: Lang) -> BTreeMap<&'static str, Stri
     values
 }
 
-/// The files of the project, path relative to its directory, for `hooks` in `lang` (`sdk`
+/// The files of the project, path relative to its directory, for `shape` in `lang` (`sdk`
 /// matters for Rust only).
 pub fn files(
     name: &str,
-    hooks: &[Hook],
+    shape: &Shape,
     lang: Lang,
     sdk: &SdkDependency,
 ) -> Result<Vec<(PathBuf, String)>, String> {
-    let mut values = values(name, hooks, lang);
+    let hooks = &shape.hooks;
+    let mut values = values(name, shape, lang);
     values.insert("sdk_dependency", sdk.toml());
-    let render = |t: &str| render(t, hooks, &values);
+    let render = |t: &str| render(t, shape, &values);
     let mut out = match lang {
         Lang::Rust => vec![
             (PathBuf::from("Cargo.toml"), render(CARGO_TOML)?),
@@ -461,6 +509,12 @@ pub fn files(
             OOM_KILLED_POD.to_owned(),
         ));
     }
+    if shape.reads {
+        out.push((
+            PathBuf::from("tests/namespaces.yaml"),
+            NAMESPACES.to_owned(),
+        ));
+    }
     match lang {
         Lang::Rust if *sdk == SdkDependency::Vendored => out.extend(crate::sdk_bundle::files()),
         Lang::Rust => {}
@@ -497,6 +551,16 @@ pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
         ));
     }
     let hooks = hooks_in_order(&args.hooks)?;
+    if args.reads && !hooks.contains(&Hook::Decorate) {
+        return Err(NewError::Reads(
+            "the reading policy copies namespace labels in its decoration: add decorate to --hooks"
+                .into(),
+        ));
+    }
+    let shape = Shape {
+        hooks,
+        reads: args.reads,
+    };
     let dir = args
         .dir
         .clone()
@@ -530,7 +594,7 @@ pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
         _ => Ok(SdkDependency::Vendored),
     };
     let result = sdk.and_then(|sdk| {
-        let files = files(&args.name, &hooks, args.lang, &sdk)
+        let files = files(&args.name, &shape, args.lang, &sdk)
             .map_err(|e| refuse(format!("template: {e}")))?;
         write_all(&real, &files).map(|written| Generated {
             dir: dir.clone(),
@@ -631,15 +695,21 @@ mod tests {
     use super::*;
 
     /// Every non-empty choice of hooks.
-    fn combinations() -> Vec<Vec<Hook>> {
+    /// Every choice of hooks, and with decorate, reading or not.
+    fn combinations() -> Vec<Shape> {
         (1u8..8)
-            .map(|bits| {
-                Hook::ALL
+            .flat_map(|bits| {
+                let hooks: Vec<Hook> = Hook::ALL
                     .into_iter()
                     .enumerate()
                     .filter(|(i, _)| bits & (1 << i) != 0)
                     .map(|(_, h)| h)
-                    .collect()
+                    .collect();
+                let reading = hooks.contains(&Hook::Decorate).then(|| Shape {
+                    hooks: hooks.clone(),
+                    reads: true,
+                });
+                [Some(Shape::of(&hooks)), reading].into_iter().flatten()
             })
             .collect()
     }
@@ -686,16 +756,26 @@ mod tests {
         let values = BTreeMap::from([("x", "1".to_owned())]);
         let t = "a {{x}}\n{{#decorate}}\nd\n  {{#classify}}\n  dc\n  {{/classify}}\n{{/decorate}}\n{{#classify}}\nc{{x}}{{x}}\n{{/classify}}\nz\n";
         assert_eq!(
-            render(t, &[Hook::Decorate], &values).unwrap(),
+            render(t, &Shape::of(&[Hook::Decorate]), &values).unwrap(),
             "a 1\nd\nz\n"
         );
         assert_eq!(
-            render(t, &[Hook::Decorate, Hook::Classify], &values).unwrap(),
+            render(t, &Shape::of(&[Hook::Decorate, Hook::Classify]), &values).unwrap(),
             "a 1\nd\n  dc\nc11\nz\n"
         );
         assert_eq!(
-            render(t, &[Hook::Classify], &values).unwrap(),
+            render(t, &Shape::of(&[Hook::Classify]), &values).unwrap(),
             "a 1\nc11\nz\n"
+        );
+        let reading = "{{#decorate}}\nd\n{{#reads}}\nr\n{{/reads}}\n{{/decorate}}\n";
+        let shape = Shape {
+            hooks: vec![Hook::Decorate],
+            reads: true,
+        };
+        assert_eq!(render(reading, &shape, &values).unwrap(), "d\nr\n");
+        assert_eq!(
+            render(reading, &Shape::of(&[Hook::Decorate]), &values).unwrap(),
+            "d\n"
         );
         for bad in [
             "{{y}}\n",
@@ -704,18 +784,22 @@ mod tests {
             "{{#teapot}}\n{{/teapot}}\n",
             "{{x\n",
         ] {
-            assert!(render(bad, &[Hook::Decorate], &values).is_err(), "{bad:?}");
+            assert!(
+                render(bad, &Shape::of(&[Hook::Decorate]), &values).is_err(),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn every_template_renders_for_every_choice_of_hooks() {
-        for hooks in combinations() {
+        for shape in combinations() {
+            let hooks = &shape.hooks;
             for sdk in [
                 SdkDependency::Vendored,
                 SdkDependency::Path("../sdk".into()),
             ] {
-                let files = files("team-labels", &hooks, Lang::Rust, &sdk).unwrap();
+                let files = files("team-labels", &shape, Lang::Rust, &sdk).unwrap();
                 for (path, text) in &files {
                     assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
                 }
@@ -747,7 +831,8 @@ mod tests {
     #[test]
     fn python_and_js_projects_render_for_every_choice_of_hooks() {
         type Export = dyn Fn(Hook) -> String;
-        for hooks in combinations() {
+        for shape in combinations() {
+            let hooks = &shape.hooks;
             let cases: [(Lang, &str, &Export); 2] = [
                 (Lang::Python, "app.py", &|h: Hook| {
                     let class = match h {
@@ -762,7 +847,7 @@ mod tests {
                 }),
             ];
             for (lang, source, export) in cases {
-                let files = files("team-labels", &hooks, lang, &SdkDependency::Vendored).unwrap();
+                let files = files("team-labels", &shape, lang, &SdkDependency::Vendored).unwrap();
                 for (path, text) in &files {
                     assert!(!text.contains("{{"), "{hooks:?} {}: {text}", path.display());
                 }
@@ -781,7 +866,7 @@ mod tests {
         }
         let js = files(
             "team-labels",
-            &[Hook::Decorate],
+            &Shape::of(&[Hook::Decorate]),
             Lang::Js,
             &SdkDependency::Vendored,
         )
@@ -804,10 +889,66 @@ mod tests {
             hooks: vec![Hook::Decorate],
             dir: Some(PathBuf::from("/nonexistent/never-written")),
             sdk_path: Some(PathBuf::from("../sdk")),
+            reads: false,
         };
         let err = generate(&args).unwrap_err().to_string();
         assert!(err.starts_with("--sdk-path: only for --lang rust"), "{err}");
         assert!(!Path::new("/nonexistent/never-written").exists());
+    }
+
+    #[test]
+    fn a_reading_policy_decorates() {
+        let args = NewArgs {
+            name: "team-labels".into(),
+            lang: Lang::Rust,
+            hooks: vec![Hook::Classify],
+            dir: Some(PathBuf::from("/nonexistent/never-written")),
+            sdk_path: None,
+            reads: true,
+        };
+        let err = generate(&args).unwrap_err().to_string();
+        assert!(err.starts_with("--reads: "), "{err}");
+        assert!(err.contains("add decorate to --hooks"), "{err}");
+        assert!(!Path::new("/nonexistent/never-written").exists());
+    }
+
+    #[test]
+    fn a_reading_project_declares_and_fixes_what_it_reads() {
+        let shape = Shape {
+            hooks: vec![Hook::Decorate],
+            reads: true,
+        };
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            let files = files("team-labels", &shape, lang, &SdkDependency::Vendored).unwrap();
+            let get = |p: &str| &files.iter().find(|(f, _)| f == Path::new(p)).unwrap().1;
+            let suite: serde_json::Value =
+                serde_yaml_ng::from_str(get("tests/suite.yaml")).unwrap();
+            assert_eq!(
+                suite["manifest"]["reads"],
+                serde_json::json!([{"resource": "namespaces"}])
+            );
+            assert_eq!(suite["cluster"], serde_json::json!(["namespaces.yaml"]));
+            assert!(get("tests/namespaces.yaml").contains("kind: Namespace"));
+            assert!(get("README.md").contains("--hooks decorate --read namespaces"));
+            let source = match lang {
+                Lang::Rust => get("src/lib.rs"),
+                Lang::Python => get("app.py"),
+                Lang::Js => get("policy.js"),
+            };
+            assert!(source.contains("namespaceLabels"), "{lang:?}");
+        }
+        let plain = files(
+            "team-labels",
+            &Shape::of(&[Hook::Decorate]),
+            Lang::Rust,
+            &SdkDependency::Vendored,
+        )
+        .unwrap();
+        assert!(
+            !plain
+                .iter()
+                .any(|(p, _)| p == Path::new("tests/namespaces.yaml"))
+        );
     }
 
     #[test]

@@ -171,15 +171,16 @@ fn the_sandbox_holds_for_python_and_javascript() {
     );
 }
 
-/// `policy new NAME --lang LANG` with every hook, then the project's one build command, then
-/// the suite it came with.
+/// `policy new NAME --lang LANG` with every hook, its decoration reading the cluster, then the
+/// project's one build command, then the suite it came with (the reading cases answered from
+/// its `cluster:` fixtures).
 fn scaffold(lang: &str, build: &[&str]) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("team-policy");
     let mut new = operator();
     new.args(["policy", "new", "team-policy", "--lang", lang])
-        .args(["--hooks", "decorate,resources,classify", "--dir"])
+        .args(["--hooks", "decorate,resources,classify", "--reads", "--dir"])
         .arg(&project);
     let printed = expect_success(&run(new, None, Duration::from_secs(60)), "policy new");
     assert!(printed.contains(&build.join(" ")), "{printed}");
@@ -193,7 +194,7 @@ fn scaffold(lang: &str, build: &[&str]) {
         &project.join("tests/suite.yaml"),
         &project.join("policy.wasm"),
     );
-    assert!(report.contains("7 passed, 0 failed"), "{report}");
+    assert!(report.contains("9 passed, 0 failed"), "{report}");
 }
 
 #[test]

@@ -359,7 +359,7 @@ fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str]) {
 
 /// Slow (minutes on a cold cache: it compiles the SDK and k8s-openapi for `wasm32-wasip2`): a
 /// generated crate for each choice of hooks builds as generated and passes its own suite in the
-/// sandbox; the crate with every hook also passes its native unit tests, and is made outside
+/// sandbox; the crate with every hook (and `--reads`) also passes its native unit tests, and is made outside
 /// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it. The build cache lives
 /// in the workspace's target directory (`target/tmp/policy-new`), so later runs are fast.
 #[test]
@@ -376,6 +376,9 @@ fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
         let mut args = vec![name.as_str(), "--hooks", hooks];
         if i > 0 {
             args.extend(["--sdk-path", sdk_path]);
+        } else {
+            // Its decoration reads the cluster too: the suite's reading cases run.
+            args.push("--reads");
         }
         common::expect_success(&new(dir.path(), &args), hooks);
         if i == 0 {

@@ -3,6 +3,11 @@
 //!
 {{#decorate}}
 //! - decorate: labels every pod with the team named in the settings (`team`).
+{{#reads}}
+//!   It also copies the labels of the job's Namespace that the settings list
+//!   (`namespaceLabels`), read from the operator's cache: the manifest declares
+//!   `reads: [{resource: namespaces}]` (`policy pack --read namespaces`).
+{{/reads}}
 {{/decorate}}
 {{#resources}}
 //! - resources: gives containers that ask for no memory the request named in the settings
@@ -25,6 +30,9 @@ use tfjob_policy_sdk::wit::Verdict;
 {{/classify}}
 use tfjob_policy_sdk::wit::{JobContext, PolicyError};
 use tfjob_policy_sdk::{convert, log};
+{{#reads}}
+use tfjob_policy_sdk::cluster;
+{{/reads}}
 
 /// The settings document, e.g. `{{settings_example}}`; `{}` (or none) changes nothing.
 #[derive(Debug, Default, Deserialize)]
@@ -35,6 +43,10 @@ struct Settings {
     /// The value of the `team` label put on every pod.
     team: Option<String>,
 {{/decorate}}
+{{#reads}}
+    /// Labels of the job's Namespace copied onto its pods.
+    namespace_labels: Vec<String>,
+{{/reads}}
 {{#resources}}
     /// The memory request of containers that set neither a memory request nor a limit.
     default_memory_request: Option<String>,
@@ -59,6 +71,11 @@ impl PolicySettings for Settings {
             }
         }
 {{/decorate}}
+{{#reads}}
+        if let Some(i) = self.namespace_labels.iter().position(String::is_empty) {
+            return Err(format!("namespaceLabels[{i}]: a label key may not be empty"));
+        }
+{{/reads}}
 {{#resources}}
         if let Some(request) = &self.default_memory_request {
             tfjob_policy_sdk::quantity::Quantity::parse(request)
@@ -97,6 +114,22 @@ impl bindings::exports::tfjob::policy::decorate::Guest for {{type}} {
                 .get_or_insert_with(Default::default)
                 .insert("team".into(), team);
         }
+{{#reads}}
+        if !settings.namespace_labels.is_empty() {
+            // A failed read (not granted, the cache not synced) fails the call with its
+            // category, and the manifest's failurePolicy decides; a Namespace that is gone
+            // leaves the pod as it is.
+            if let Some(namespace) = cluster::namespace(&ctx.namespace)? {
+                let from = namespace.metadata.labels.unwrap_or_default();
+                let labels = pod.metadata.labels.get_or_insert_with(Default::default);
+                for key in &settings.namespace_labels {
+                    if let Some(value) = from.get(key) {
+                        labels.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+{{/reads}}
         convert::pod_to_json(&pod)
     }
 }

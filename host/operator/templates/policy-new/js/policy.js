@@ -3,6 +3,11 @@
 //
 {{#decorate}}
 // - decorate: labels every pod with the team named in the settings (`team`).
+{{#reads}}
+//   It also copies the labels of the job's Namespace that the settings list
+//   (`namespaceLabels`), read from the operator's cache: the manifest declares
+//   `reads: [{resource: namespaces}]` (`policy pack --read namespaces`).
+{{/reads}}
 {{/decorate}}
 {{#resources}}
 // - resources: gives containers that ask for no memory the request named in the settings
@@ -25,6 +30,9 @@ const policy = {
 {{#decorate}}
       team: reader.string('team', null),
 {{/decorate}}
+{{#reads}}
+      namespaceLabels: reader.strings('namespaceLabels', []),
+{{/reads}}
 {{#resources}}
       defaultMemoryRequest: reader.string('defaultMemoryRequest', null),
 {{/resources}}
@@ -40,6 +48,11 @@ const policy = {
       throw new tp.InvalidSettings(`team: ${JSON.stringify(team)} is not a label value`);
     }
 {{/decorate}}
+{{#reads}}
+    settings.namespaceLabels.forEach((key, i) => {
+      if (key === '') throw new tp.InvalidSettings(`namespaceLabels[${i}]: a label key may not be empty`);
+    });
+{{/reads}}
 {{#resources}}
     const request = settings.defaultMemoryRequest;
     if (request !== null && !tp.isQuantity(request)) {
@@ -60,6 +73,18 @@ const policy = {
       tp.log.info('labelling pod', { job: ctx.jobName, team: settings.team });
       tp.pod.labels(pod).team = settings.team;
     }
+{{#reads}}
+    if (settings.namespaceLabels.length > 0) {
+      // A failed read throws tp.ReadError and fails the call with its category (the manifest's
+      // failurePolicy decides); a Namespace that is gone leaves the pod as it is.
+      const namespace = tp.cluster.namespace(ctx.namespace);
+      const source = namespace?.metadata?.labels ?? {};
+      const labels = tp.pod.labels(pod);
+      for (const key of settings.namespaceLabels) {
+        if (Object.hasOwn(source, key)) labels[key] = source[key];
+      }
+    }
+{{/reads}}
     return pod;
   },
 {{/decorate}}

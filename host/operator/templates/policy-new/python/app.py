@@ -3,6 +3,11 @@ componentize-py, implementing the `tfjob:policy@0.3.0` contract for the hooks {{
 
 {{#decorate}}
 - decorate: labels every pod with the team named in the settings (`team`).
+{{#reads}}
+  It also copies the labels of the job's Namespace that the settings list (`namespaceLabels`),
+  read from the operator's cache: the manifest declares `reads: [{resource: namespaces}]`
+  (`policy pack --read namespaces`).
+{{/reads}}
 {{/decorate}}
 {{#resources}}
 - resources: gives containers that ask for no memory the request named in the settings
@@ -28,6 +33,9 @@ class {{type}}(tp.Policy):
 {{#decorate}}
             "team": reader.string("team", None),
 {{/decorate}}
+{{#reads}}
+            "namespace_labels": reader.strings("namespaceLabels", []),
+{{/reads}}
 {{#resources}}
             "default_memory_request": reader.string("defaultMemoryRequest", None),
 {{/resources}}
@@ -42,6 +50,11 @@ class {{type}}(tp.Policy):
         if team is not None and (team == "" or not tp.is_label_value(team)):
             raise tp.InvalidSettings(f"team: {team!r} is not a label value")
 {{/decorate}}
+{{#reads}}
+        for i, key in enumerate(settings["namespace_labels"]):
+            if key == "":
+                raise tp.InvalidSettings(f"namespaceLabels[{i}]: a label key may not be empty")
+{{/reads}}
 {{#resources}}
         request = settings["default_memory_request"]
         if request is not None and not tp.is_quantity(request):
@@ -60,6 +73,17 @@ class {{type}}(tp.Policy):
         if team:
             tp.log.info("labelling pod", job=ctx.job_name, team=team)
             tp.pod.labels(pod)["team"] = team
+{{#reads}}
+        if settings["namespace_labels"]:
+            # A failed read raises tp.cluster.ReadError and fails the call with its category (the
+            # manifest's failurePolicy decides); a Namespace that is gone leaves the pod as it is.
+            namespace = tp.cluster.namespace(ctx.namespace)
+            source = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+            labels = tp.pod.labels(pod)
+            for key in settings["namespace_labels"]:
+                if key in source:
+                    labels[key] = source[key]
+{{/reads}}
         return pod
 {{/decorate}}
 {{#resources}}
