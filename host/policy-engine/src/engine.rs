@@ -127,10 +127,25 @@ struct Prepared {
 }
 
 /// A hook's export, found under the current contract, under 0.2.0 or under 0.1.0.
+///
+/// 0.2.0's bindings take and give 0.3.0's types (they differ only in the interfaces' names), so
+/// a call is written once for both with [`call_export!`]; 0.1.0's is written apart.
 enum Export<Current, V2, V1> {
     Current(Current),
     V0_2(V2),
     V0_1(V1),
+}
+
+/// Matches an [`Export`]: `$since_v0_2` (with `$i` bound) for the current contract and 0.2.0,
+/// whose bindings differ in type but not in shape; `$v0_1` (with `$old` bound) for 0.1.0.
+macro_rules! call_export {
+    ($export:expr, |$i:ident| $since_v0_2:expr, |$old:ident| $v0_1:expr $(,)?) => {
+        match $export {
+            Export::Current($i) => $since_v0_2,
+            Export::V0_2($i) => $since_v0_2,
+            Export::V0_1($old) => $v0_1,
+        }
+    };
 }
 
 impl<C, V2, V1> Export<C, V2, V1> {
@@ -1208,23 +1223,20 @@ impl LimitedEngine<'_> {
             settings,
             name,
             (Hook::Decorate, |p| &p.decorate),
-            |indices, store, instance| match indices {
-                Export::Current(i) => i.load(&mut *store, instance)?.call_decorate_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                ),
-                Export::V0_2(i) => i.load(&mut *store, instance)?.call_decorate_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                ),
-                Export::V0_1(i) => Ok(i
-                    .load(&mut *store, instance)?
-                    .call_decorate_pod(&mut *store, &ctx.into(), settings, pod)?
-                    .map_err(Into::into)),
+            |indices, store, instance| {
+                call_export!(
+                    indices,
+                    |i| i.load(&mut *store, instance)?.call_decorate_pod(
+                        &mut *store,
+                        ctx,
+                        settings,
+                        pod
+                    ),
+                    |i| Ok(i
+                        .load(&mut *store, instance)?
+                        .call_decorate_pod(&mut *store, &ctx.into(), settings, pod)?
+                        .map_err(Into::into)),
+                )
             },
         )?;
         self.engine.check_output("decorated pod", out.len())?;
@@ -1247,31 +1259,27 @@ impl LimitedEngine<'_> {
             settings,
             name,
             (Hook::Resources, |p| &p.resources),
-            |indices, store, instance| match indices {
-                Export::Current(i) => i.load(&mut *store, instance)?.call_override_resources(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    container,
-                    requirements,
-                ),
-                Export::V0_2(i) => i.load(&mut *store, instance)?.call_override_resources(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    container,
-                    requirements,
-                ),
-                Export::V0_1(i) => Ok(i
-                    .load(&mut *store, instance)?
-                    .call_override_resources(
+            |indices, store, instance| {
+                call_export!(
+                    indices,
+                    |i| i.load(&mut *store, instance)?.call_override_resources(
                         &mut *store,
-                        &ctx.into(),
+                        ctx,
                         settings,
                         container,
                         requirements,
-                    )?
-                    .map_err(Into::into)),
+                    ),
+                    |i| Ok(i
+                        .load(&mut *store, instance)?
+                        .call_override_resources(
+                            &mut *store,
+                            &ctx.into(),
+                            settings,
+                            container,
+                            requirements,
+                        )?
+                        .map_err(Into::into)),
+                )
             },
         )?;
         self.engine.check_output("resources", out.len())?;
@@ -1294,26 +1302,22 @@ impl LimitedEngine<'_> {
             settings,
             name,
             (Hook::Classify, |p| &p.classify),
-            |indices, store, instance| match indices {
-                Export::Current(i) => i.load(&mut *store, instance)?.call_classify_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                    now,
-                ),
-                Export::V0_2(i) => i.load(&mut *store, instance)?.call_classify_pod(
-                    &mut *store,
-                    ctx,
-                    settings,
-                    pod,
-                    now,
-                ),
-                Export::V0_1(i) => Ok(i
-                    .load(&mut *store, instance)?
-                    .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
-                    .map(|v| v0_1::verdict_at(v, now))
-                    .map_err(Into::into)),
+            |indices, store, instance| {
+                call_export!(
+                    indices,
+                    |i| i.load(&mut *store, instance)?.call_classify_pod(
+                        &mut *store,
+                        ctx,
+                        settings,
+                        pod,
+                        now
+                    ),
+                    |i| Ok(i
+                        .load(&mut *store, instance)?
+                        .call_classify_pod(&mut *store, &ctx.into(), settings, pod, now)?
+                        .map(|v| v0_1::verdict_at(v, now))
+                        .map_err(Into::into)),
+                )
             },
         )?;
         let times = [&verdict.occurred_at, &verdict.recheck_at]
@@ -1407,17 +1411,15 @@ fn call_validate_settings(
     instance: &Instance,
     settings: &str,
 ) -> wasmtime::Result<Result<(), bindings::PolicyError>> {
-    let verdict = match indices {
-        Export::Current(i) => i
+    let verdict = call_export!(
+        indices,
+        |i| i
             .load(&mut *store, instance)?
             .call_validate_settings(&mut *store, settings)?,
-        Export::V0_2(i) => i
+        |i| i
             .load(&mut *store, instance)?
             .call_validate_settings(&mut *store, settings)?,
-        Export::V0_1(i) => i
-            .load(&mut *store, instance)?
-            .call_validate_settings(&mut *store, settings)?,
-    };
+    );
     Ok(verdict.map_err(bindings::PolicyError::InvalidSettings))
 }
 
