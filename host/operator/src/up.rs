@@ -137,7 +137,32 @@ pub fn main(args: UpArgs) -> anyhow::Result<()> {
     runtime.block_on(up(args))
 }
 
-async fn up(args: UpArgs) -> anyhow::Result<()> {
+/// What the default policies read in `--demo` unless `--policy-config` says otherwise: the
+/// classification tells a pod no node can hold from one waiting its turn (`demo-too-big`).
+const DEMO_POLICY_CONFIG: &str = "\
+# Written by `up --demo`: in the demo the default classification reads the nodes and fails a
+# pod that no node could ever hold once it has waited 5 s (docs/policies.md, \"The default
+# policies that read\"). `up --demo --policy-config FILE` chooses otherwise.
+default-classify:
+  settings: {failUnschedulable: {gracePeriod: 5s}}
+";
+
+async fn up(mut args: UpArgs) -> anyhow::Result<()> {
+    if args.demo && args.policies.policy_config.is_none() {
+        let path = args
+            .kubeconfig_out
+            .with_file_name("demo-policy-config.yaml");
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(&path, DEMO_POLICY_CONFIG)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "The default classification reads the nodes in the demo: {}",
+            path.display()
+        );
+        args.policies.policy_config = Some(path);
+    }
     let defaults = SandboxLimits::default();
     let limits = SandboxLimits {
         concurrency: u32::from(args.threads) * 2,

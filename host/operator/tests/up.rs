@@ -52,6 +52,7 @@ fn up_demo_runs_the_examples_to_the_end_and_summarises() {
         ("demo-retry", "Succeeded"),
         ("gpu-mnist", "Succeeded"),
         ("demo-bad-image", "Failed"),
+        ("demo-too-big", "Failed"),
     ] {
         let line = summary
             .lines()
@@ -62,6 +63,15 @@ fn up_demo_runs_the_examples_to_the_end_and_summarises() {
     assert!(
         summary.contains("restarts 1"),
         "demo-retry restarted once:\n{summary}"
+    );
+    // The default classification read the nodes: none holds 16 GPUs.
+    assert!(
+        summary.contains("it requests nvidia.com/gpu 16; the largest node offers 2"),
+        "demo-too-big failed for its size:\n{summary}"
+    );
+    assert!(
+        stdout.contains("The default classification reads the nodes in the demo"),
+        "{stdout}"
     );
     let text = std::fs::read_to_string(&kubeconfig).unwrap();
     assert!(text.contains("server: http://127.0.0.1:"), "{text}");
