@@ -212,6 +212,19 @@ impl Quantity {
         })
     }
 
+    /// The exact difference, spelled in this quantity's family (in `other`'s when this one is
+    /// zero); `None` on overflow.
+    pub fn checked_sub(self, other: Quantity) -> Option<Quantity> {
+        Some(Quantity {
+            nanos: self.nanos.checked_sub(other.nanos)?,
+            format: if self.nanos == 0 {
+                other.format
+            } else {
+                self.format
+            },
+        })
+    }
+
     /// Parses a k8s-openapi quantity.
     pub fn from_k8s(
         q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
@@ -638,5 +651,14 @@ mod tests {
         assert_eq!(sum("1", "1Ki"), "1025");
         // 10^29 units is 10^38 nano-units, just inside an i128; twice that is not.
         assert_eq!(q("1e29").checked_add(q("1e29")), None);
+    }
+
+    #[test]
+    fn differences_keep_the_first_nonzero_family() {
+        let difference = |a: &str, b: &str| q(a).checked_sub(q(b)).unwrap().canonical();
+        assert_eq!(difference("2Gi", "512Mi"), "1536Mi");
+        assert_eq!(difference("1", "1500m"), "-500m");
+        assert_eq!(difference("0", "1Gi"), "-1Gi");
+        assert_eq!(q("-1e29").checked_sub(q("1e29")), None);
     }
 }

@@ -1,0 +1,446 @@
+//! One call of a compiled document, from its inputs to its answer.
+//!
+//! Expressions see:
+//! - `object`: the hook's object: the pod (decorate, classify) or one container's requirements
+//!   (resources), as updated by the mutations before;
+//! - `job`: the job and replica the pod is for (`name`, `namespace`, `uid`, `labels`,
+//!   `annotations`, `replicaType`, `replicaIndex`, `replicaCount`, `attempt`);
+//! - `namespaceObject`: the job's Namespace when the policy reads it (declared `reads`), else
+//!   null;
+//! - `hook` (`decorate`, `resources` or `classify`), `containerName` (resources) and `now`
+//!   (classify, RFC 3339);
+//! - `variables.NAME`: the document's variables, evaluated in order after the match conditions,
+//!   each seeing those before it.
+//!
+//! When a match condition is false the policy has nothing to say: the pod or requirements stay
+//! as they are, and classification answers none (the guest then classifies as the default
+//! does). Mutations apply in order. Any error (a type error found only now, a division by zero,
+//! an integer overflow, a patch at a path that does not exist) fails the call naming the
+//! expression; the manifest's `failurePolicy` decides what the operator does then.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cel::objects::{Key, Map};
+use cel::{Context, Value};
+use serde_json::Value as Json;
+use tfjob_policy_logic::verdict::{FailureKind, Phase};
+
+use crate::apply::{self, Root};
+use crate::compile::{Compiled, CompiledDocument, CompiledMutation};
+use crate::convert::{to_cel, to_json};
+use crate::document::PatchType;
+use crate::library;
+
+/// What a call knows besides its object.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    /// The `job` variable (see the module documentation).
+    pub job: Json,
+    /// The job's Namespace, when the policy read it.
+    pub namespace_object: Option<Json>,
+}
+
+/// Why a call failed: the expression, and what went wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct EvalError {
+    pub path: String,
+    pub message: String,
+}
+
+/// A verdict a rule gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleVerdict {
+    pub phase: Phase,
+    pub reason: String,
+    pub message: String,
+    pub kind: Option<FailureKind>,
+}
+
+impl CompiledDocument {
+    /// The pod after the document's mutations.
+    pub fn decorate(&self, inputs: &Inputs, pod: Json) -> Result<Json, EvalError> {
+        let base = Bindings::new(inputs, "decorate");
+        let Some(variables) = self.prepare(&base, &pod)? else {
+            return Ok(pod);
+        };
+        self.mutate(&base, &variables, &self.mutations, pod, Root::Pod)
+    }
+
+    /// Container `container`'s requirements after the document's resource mutations.
+    pub fn override_resources(
+        &self,
+        inputs: &Inputs,
+        container: &str,
+        requirements: Json,
+    ) -> Result<Json, EvalError> {
+        let mut base = Bindings::new(inputs, "resources");
+        base.extra.push((
+            "containerName",
+            Value::String(Arc::new(container.to_owned())),
+        ));
+        let Some(variables) = self.prepare(&base, &requirements)? else {
+            return Ok(requirements);
+        };
+        self.mutate(
+            &base,
+            &variables,
+            &self.resource_mutations,
+            requirements,
+            Root::Requirements,
+        )
+    }
+
+    /// The verdict of the first rule whose condition holds for `pod` at `now`; none when the
+    /// match conditions do not hold or no rule does.
+    pub fn classify(
+        &self,
+        inputs: &Inputs,
+        pod: &Json,
+        now: &str,
+    ) -> Result<Option<RuleVerdict>, EvalError> {
+        let mut base = Bindings::new(inputs, "classify");
+        base.extra
+            .push(("now", Value::String(Arc::new(now.to_owned()))));
+        let Some(variables) = self.prepare(&base, pod)? else {
+            return Ok(None);
+        };
+        let object = to_cel(pod);
+        for rule in &self.verdicts {
+            if !self.condition(&base, &variables, &object, &rule.condition)? {
+                continue;
+            }
+            let message = match &rule.message_expression {
+                Some(expression) => match self.run(&base, &variables, &object, expression)? {
+                    Value::String(s) => s.as_str().to_owned(),
+                    other => return Err(type_error(expression, "a string", &other)),
+                },
+                None => rule.message.clone(),
+            };
+            return Ok(Some(RuleVerdict {
+                phase: rule.phase,
+                reason: rule.reason.clone(),
+                message,
+                kind: rule.phase.is_failure().then_some(rule.kind),
+            }));
+        }
+        Ok(None)
+    }
+
+    /// Checks the match conditions on `object`, then evaluates the variables; none when a
+    /// condition is false.
+    fn prepare(&self, base: &Bindings, object: &Json) -> Result<Option<Value>, EvalError> {
+        let object = to_cel(object);
+        let mut variables: HashMap<Key, Value> = HashMap::new();
+        let empty = Value::Map(Map {
+            map: Arc::new(HashMap::new()),
+        });
+        for condition in &self.match_conditions {
+            if !self.condition(base, &empty, &object, &condition.expression)? {
+                return Ok(None);
+            }
+        }
+        for variable in &self.variables {
+            let so_far = Value::Map(Map {
+                map: Arc::new(variables.clone()),
+            });
+            let value = self.run(base, &so_far, &object, &variable.expression)?;
+            variables.insert(Key::String(Arc::new(variable.name.clone())), value);
+        }
+        Ok(Some(Value::Map(Map {
+            map: Arc::new(variables),
+        })))
+    }
+
+    fn mutate(
+        &self,
+        base: &Bindings,
+        variables: &Value,
+        mutations: &[CompiledMutation],
+        mut target: Json,
+        root: Root,
+    ) -> Result<Json, EvalError> {
+        for mutation in mutations {
+            let expression = &mutation.expression;
+            let result = self.run(base, variables, &to_cel(&target), expression)?;
+            let result = to_json(&result).map_err(|message| EvalError {
+                path: expression.path.clone(),
+                message,
+            })?;
+            let applied = match mutation.patch_type {
+                PatchType::ApplyConfiguration => apply::apply(&mut target, &result, root),
+                PatchType::JsonPatch => json_patch(&mut target, result),
+            };
+            applied.map_err(|message| EvalError {
+                path: expression.path.clone(),
+                message,
+            })?;
+        }
+        Ok(target)
+    }
+
+    fn condition(
+        &self,
+        base: &Bindings,
+        variables: &Value,
+        object: &Value,
+        expression: &Compiled,
+    ) -> Result<bool, EvalError> {
+        match self.run(base, variables, object, expression)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(type_error(expression, "a bool", &other)),
+        }
+    }
+
+    fn run(
+        &self,
+        base: &Bindings,
+        variables: &Value,
+        object: &Value,
+        expression: &Compiled,
+    ) -> Result<Value, EvalError> {
+        let mut context = Context::with_env(Arc::clone(&self.env));
+        library::add_quantity_functions(&mut context);
+        context.add_variable_from_value("object", object.clone());
+        context.add_variable_from_value("variables", variables.clone());
+        context.add_variable_from_value("job", base.job.clone());
+        context.add_variable_from_value("namespaceObject", base.namespace_object.clone());
+        context.add_variable_from_value("hook", Value::String(Arc::new(base.hook.to_owned())));
+        for (name, value) in &base.extra {
+            context.add_variable_from_value(*name, value.clone());
+        }
+        expression.program.execute(&context).map_err(|e| EvalError {
+            path: expression.path.clone(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// The variables every expression of a call sees but `object` and `variables`.
+struct Bindings {
+    job: Value,
+    namespace_object: Value,
+    hook: &'static str,
+    extra: Vec<(&'static str, Value)>,
+}
+
+impl Bindings {
+    fn new(inputs: &Inputs, hook: &'static str) -> Bindings {
+        Bindings {
+            job: to_cel(&inputs.job),
+            namespace_object: inputs.namespace_object.as_ref().map_or(Value::Null, to_cel),
+            hook,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// Applies a JSON patch (RFC 6902) the expression returned.
+fn json_patch(target: &mut Json, patch: Json) -> Result<(), String> {
+    if !patch.is_array() {
+        return Err(format!(
+            "a jsonPatch expression returns a list of JSONPatch{{op, path, value}}, not {patch}"
+        ));
+    }
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch).map_err(|e| format!("not a JSON patch: {e}"))?;
+    json_patch::patch(target, &patch).map_err(|e| e.to_string())
+}
+
+fn type_error(expression: &Compiled, wanted: &str, got: &Value) -> EvalError {
+    EvalError {
+        path: expression.path.clone(),
+        message: format!("must evaluate to {wanted}, not {:?}", got.type_of()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::compile;
+    use crate::document::CelDocument;
+    use serde_json::json;
+
+    fn document(json: Json) -> CompiledDocument {
+        compile(&CelDocument::parse(&json.to_string()).unwrap()).unwrap()
+    }
+
+    fn inputs() -> Inputs {
+        Inputs {
+            job: json!({"name": "mnist", "namespace": "vision", "labels": {"team": "vision"},
+                        "replicaType": "Worker", "replicaIndex": 0, "replicaCount": 2, "attempt": 0}),
+            namespace_object: Some(
+                json!({"metadata": {"name": "vision", "labels": {"cost-center": "cc-7"}}}),
+            ),
+        }
+    }
+
+    fn gpu_pod() -> Json {
+        json!({
+            "metadata": {"name": "mnist-worker-0", "labels": {"app": "tf"}},
+            "spec": {"containers": [{"name": "tensorflow", "image": "tf:2",
+                                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+        })
+    }
+
+    #[test]
+    fn gpu_pods_get_a_toleration_and_a_label_from_their_namespace() {
+        let doc = document(json!({
+            "matchConditions": [{"name": "gpu", "expression":
+                "object.spec.containers.exists(c, 'nvidia.com/gpu' in c.?resources.?limits.orValue({}))"}],
+            "variables": [
+                {"name": "costCenter", "expression": "namespaceObject.metadata.labels['cost-center']"},
+                {"name": "label", "expression": "variables.costCenter + '-' + job.replicaType.lowerAscii()"}
+            ],
+            "mutations": [
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {'cost-center': variables.label}}}"}},
+                {"patchType": "JSONPatch", "jsonPatch": {"expression":
+                    "[JSONPatch{op: 'add', path: '/spec/tolerations', value: [{'key': 'nvidia.com/gpu', 'operator': 'Exists', 'effect': 'NoSchedule'}]}]"}}
+            ]
+        }));
+        let out = doc.decorate(&inputs(), gpu_pod()).unwrap();
+        assert_eq!(
+            out["metadata"]["labels"],
+            json!({"app": "tf", "cost-center": "cc-7-worker"})
+        );
+        assert_eq!(
+            out["spec"]["tolerations"],
+            json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+        );
+        let mut cpu = gpu_pod();
+        cpu["spec"]["containers"][0]["resources"] = json!({});
+        assert_eq!(
+            doc.decorate(&inputs(), cpu.clone()).unwrap(),
+            cpu,
+            "no match, no change"
+        );
+    }
+
+    #[test]
+    fn each_mutation_sees_the_one_before() {
+        let doc = document(json!({"mutations": [
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels/step', value: '1'}]"}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression":
+                "[JSONPatch{op: 'add', path: '/metadata/labels/after', value: object.metadata.labels.step + '2'}]"}}
+        ]}));
+        let out = doc.decorate(&inputs(), gpu_pod()).unwrap();
+        assert_eq!(out["metadata"]["labels"]["after"], "12");
+    }
+
+    #[test]
+    fn a_memory_request_defaults_by_replica_type() {
+        let doc = document(json!({
+            "variables": [{"name": "memory", "expression": "job.replicaType == 'PS' ? '2Gi' : '8Gi'"}],
+            "resourceMutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "has(object.requests) && 'memory' in object.requests ? Object{} : Object{requests: {'memory': variables.memory}}"}}]
+        }));
+        let out = doc
+            .override_resources(&inputs(), "tensorflow", json!({"limits": {"cpu": "2"}}))
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"limits": {"cpu": "2"}, "requests": {"memory": "8Gi"}})
+        );
+        let own = json!({"requests": {"memory": "1Gi"}});
+        assert_eq!(
+            doc.override_resources(&inputs(), "tensorflow", own.clone())
+                .unwrap(),
+            own
+        );
+    }
+
+    #[test]
+    fn the_first_verdict_that_holds_decides() {
+        let doc = document(json!({"verdicts": [
+            {"condition": "object.status.phase == 'Failed' && object.status.containerStatuses.exists(s, s.?state.?terminated.?reason.orValue('') == 'OOMKilled')",
+             "phase": "permanent-failure", "reason": "OOMKilled",
+             "messageExpression": "'out of memory in ' + object.metadata.name"},
+            {"condition": "object.status.phase == 'Failed'", "phase": "retryable-failure", "reason": "Failed", "message": "try again", "kind": "system"}
+        ]}));
+        let pod = |reason: &str| {
+            json!({
+                "metadata": {"name": "w-0"},
+                "status": {"phase": "Failed", "containerStatuses": [{"name": "tensorflow",
+                    "state": {"terminated": {"exitCode": 137, "reason": reason}}}]}
+            })
+        };
+        let now = "2026-01-01T00:00:00Z";
+        let oom = doc
+            .classify(&inputs(), &pod("OOMKilled"), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            oom,
+            RuleVerdict {
+                phase: Phase::PermanentFailure,
+                reason: "OOMKilled".into(),
+                message: "out of memory in w-0".into(),
+                kind: Some(FailureKind::User),
+            }
+        );
+        let other = doc
+            .classify(&inputs(), &pod("Error"), now)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (other.phase, other.kind),
+            (Phase::RetryableFailure, Some(FailureKind::System))
+        );
+        let running = json!({"metadata": {"name": "w-0"}, "status": {"phase": "Running"}});
+        assert_eq!(doc.classify(&inputs(), &running, now).unwrap(), None);
+    }
+
+    #[test]
+    fn run_time_errors_name_the_expression() {
+        for (doc, path, says) in [
+            (
+                json!({"variables": [{"name": "x", "expression": "1 / 0"}]}),
+                "variables[0].expression",
+                "ivision",
+            ),
+            (
+                json!({"variables": [{"name": "x", "expression": "9223372036854775807 + 1"}]}),
+                "variables[0].expression",
+                "Overflow",
+            ),
+            (
+                json!({"matchConditions": [{"name": "m", "expression": "'yes'"}]}),
+                "matchConditions[0].expression",
+                "a bool",
+            ),
+            (
+                json!({"mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'replace', path: '/spec/nothing/here', value: 1}]"}}]}),
+                "mutations[0].jsonPatch.expression",
+                "path",
+            ),
+            (
+                json!({"mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "'a string'"}}]}),
+                "mutations[0].applyConfiguration.expression",
+                "must be an object",
+            ),
+            (
+                json!({"variables": [{"name": "x", "expression": "object.spec.nodeName"}]}),
+                "variables[0].expression",
+                "nodeName",
+            ),
+        ] {
+            let err = document(doc.clone())
+                .decorate(&inputs(), gpu_pod())
+                .unwrap_err();
+            assert_eq!(err.path, path, "{doc}");
+            assert!(err.message.contains(says), "{doc}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn multi_byte_text_goes_through_unchanged() {
+        let doc = document(
+            json!({"mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+            "Object{metadata: Object.metadata{annotations: {'note': 'équipe 日本 ' + string(size('日本'))}}}"}}]}),
+        );
+        let out = doc.decorate(&inputs(), gpu_pod()).unwrap();
+        assert_eq!(out["metadata"]["annotations"]["note"], "équipe 日本 2");
+    }
+}
