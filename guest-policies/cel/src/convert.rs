@@ -11,7 +11,7 @@ use cel::Value;
 use cel::objects::{Key, Map};
 use serde_json::Value as Json;
 
-use crate::library::CelQuantity;
+use crate::quantity::CelQuantity;
 
 /// `json` as a CEL value.
 pub fn to_cel(json: &Json) -> Value {

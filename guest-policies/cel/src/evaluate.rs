@@ -30,7 +30,7 @@ use crate::apply::{self, Root};
 use crate::compile::{Compiled, CompiledDocument, CompiledMutation};
 use crate::convert::{to_cel, to_json};
 use crate::document::PatchType;
-use crate::library;
+use crate::quantity;
 
 /// What a call knows besides its object.
 #[derive(Clone, Debug, Default)]
@@ -201,7 +201,7 @@ impl CompiledDocument {
         expression: &Compiled,
     ) -> Result<Value, EvalError> {
         let mut context = Context::with_env(Arc::clone(&self.env));
-        library::add_quantity_functions(&mut context);
+        quantity::add_quantity_functions(&mut context);
         context.add_variable_from_value("object", object.clone());
         context.add_variable_from_value("variables", variables.clone());
         context.add_variable_from_value("job", base.job.clone());

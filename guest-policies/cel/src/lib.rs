@@ -11,9 +11,9 @@
 //! - [`compile`]: every expression parsed once, when the policy version is activated, an
 //!   error naming the expression (`mutations[1].jsonPatch.expression`) with a caret under the
 //!   failing position;
-//! - [`library`]: what expressions may call beyond CEL's standard library (Kubernetes'
-//!   `quantity()` and the strings extension) and the struct types `Object{...}` and
-//!   `JSONPatch{...}` construct;
+//! - [`library`]: the environment expressions run in (CEL's standard library, the strings
+//!   extension) and the struct types `Object{...}` and `JSONPatch{...}` construct;
+//! - [`quantity`]: Kubernetes' `quantity()` library;
 //! - [`convert`]: JSON to CEL values and back;
 //! - [`apply`]: an `ApplyConfiguration` merged into the pod as server-side apply merges;
 //! - [`evaluate`]: a call, from the compiled document and the call's inputs to the new pod,
@@ -25,3 +25,4 @@ pub mod convert;
 pub mod document;
 pub mod evaluate;
 pub mod library;
+pub mod quantity;
