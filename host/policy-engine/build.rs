@@ -1,6 +1,6 @@
-//! Builds the default guest policies (and the hostile test policy) for `wasm32-wasip2` so the
-//! operator can embed them: the operator works with zero configuration and runs its defaults in
-//! the same sandbox as any other policy.
+//! Builds the default guest policies, the CEL policy's evaluator (and the hostile test policy)
+//! for `wasm32-wasip2` so the operator can embed them: the operator works with zero
+//! configuration and runs its defaults in the same sandbox as any other policy.
 //!
 //! The guests are built by a nested cargo into a separate target directory (no lock contention
 //! with the outer build) with the `guest` profile (see the workspace `Cargo.toml`).
@@ -21,6 +21,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("tfjob-default-resources", "tfjob_default_resources.wasm"),
     ("tfjob-default-classify", "tfjob_default_classify.wasm"),
     ("tfjob-hostile-policy", "tfjob_hostile_policy.wasm"),
+    ("tfjob-cel-policy", "tfjob_cel_policy.wasm"),
 ];
 
 fn main() {

@@ -69,6 +69,9 @@ pub struct CompiledVerdict {
 /// The compiled document.
 pub struct CompiledDocument {
     pub env: Arc<Env>,
+    /// Whether an expression reads `namespaceObject`: only then does the guest read the job's
+    /// Namespace (a read the manifest must declare).
+    pub reads_namespace: bool,
     pub match_conditions: Vec<Named>,
     pub variables: Vec<Named>,
     pub mutations: Vec<CompiledMutation>,
@@ -104,9 +107,11 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
         });
     }
     let mut structs = BTreeSet::new();
+    let mut reads_namespace = false;
     let mut expression = |path: String, source: &str| -> Result<Compiled, CompileError> {
         let program = parse(&path, source)?;
         library::struct_names(&program, &mut structs);
+        reads_namespace |= program.references().has_variable("namespaceObject");
         Ok(Compiled { path, program })
     };
     let match_conditions = named(
@@ -149,6 +154,7 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
     })?;
     Ok(CompiledDocument {
         env,
+        reads_namespace,
         match_conditions,
         variables,
         mutations,
@@ -356,6 +362,15 @@ mod tests {
         assert_eq!(
             doc.mutations[0].expression.path,
             "mutations[0].applyConfiguration.expression"
+        );
+        assert!(!doc.reads_namespace);
+        let reading = compiled(
+            r#"{"variables": [{"name": "team", "expression": "namespaceObject.metadata.labels.team"}]}"#,
+        )
+        .unwrap();
+        assert!(
+            reading.reads_namespace,
+            "only a document naming namespaceObject reads it"
         );
     }
 }

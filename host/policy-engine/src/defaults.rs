@@ -46,6 +46,11 @@ pub const DEFAULTS: [DefaultPolicy; 3] = [
 pub const HOSTILE_POLICY_WASM: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_hostile_policy.wasm"));
 
+/// The CEL policy's evaluator (`guest-policies/cel-guest`): a component exporting every hook
+/// that runs the CEL document it is given as settings.
+pub const CEL_POLICY_WASM: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_cel_policy.wasm"));
+
 /// The default policy of that name.
 pub fn find(name: &str) -> Option<&'static DefaultPolicy> {
     DEFAULTS.iter().find(|d| d.name == name)
