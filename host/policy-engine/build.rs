@@ -15,13 +15,18 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Guest crates and the file name cargo gives their component.
-const GUESTS: &[(&str, &str)] = &[
-    ("tfjob-default-decorate", "tfjob_default_decorate.wasm"),
-    ("tfjob-default-resources", "tfjob_default_resources.wasm"),
-    ("tfjob-default-classify", "tfjob_default_classify.wasm"),
-    ("tfjob-hostile-policy", "tfjob_hostile_policy.wasm"),
-    ("tfjob-cel-policy", "tfjob_cel_policy.wasm"),
+/// Guest crates and the file name cargo gives their component, in groups built by one cargo
+/// run each. Cargo unifies the features of the dependencies of the packages one run builds, so
+/// the CEL policy (whose CEL and JSON-patch crates turn on features of shared dependencies) is
+/// built apart: the default policies' bytes never depend on it.
+const GUESTS: &[&[(&str, &str)]] = &[
+    &[
+        ("tfjob-default-decorate", "tfjob_default_decorate.wasm"),
+        ("tfjob-default-resources", "tfjob_default_resources.wasm"),
+        ("tfjob-default-classify", "tfjob_default_classify.wasm"),
+        ("tfjob-hostile-policy", "tfjob_hostile_policy.wasm"),
+    ],
+    &[("tfjob-cel-policy", "tfjob_cel_policy.wasm")],
 ];
 
 fn main() {
@@ -58,13 +63,25 @@ fn main() {
         println!("cargo:rerun-if-env-changed=CARGO_PROFILE_GUEST_{setting}");
     }
 
+    for group in GUESTS {
+        build(&root, &target_dir, group);
+        for (_, file) in *group {
+            let built = target_dir.join("wasm32-wasip2/guest").join(file);
+            std::fs::copy(&built, out_dir.join(file))
+                .unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+        }
+    }
+}
+
+/// Builds the guest crates of `group` with one nested cargo run.
+fn build(root: &Path, target_dir: &Path, group: &[(&str, &str)]) {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
+    cmd.current_dir(root)
         .args(["build", "--profile", "guest", "--target", "wasm32-wasip2"])
         .arg("--target-dir")
-        .arg(&target_dir);
-    for (krate, _) in GUESTS {
+        .arg(target_dir);
+    for (krate, _) in group {
         cmd.args(["-p", krate]);
     }
     // The outer build's flags and wrappers are for the host target; the guests get their own.
@@ -83,7 +100,7 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", remap_flags(&root).join("\x1f"));
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", remap_flags(root).join("\x1f"));
     let status = cmd
         .status()
         .expect("running cargo to build the guest policies");
@@ -91,11 +108,6 @@ fn main() {
         status.success(),
         "building the guest policies failed; is the target installed? (rustup target add wasm32-wasip2)"
     );
-    for (_, file) in GUESTS {
-        let built = target_dir.join("wasm32-wasip2/guest").join(file);
-        std::fs::copy(&built, out_dir.join(file))
-            .unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
-    }
 }
 
 /// `--remap-path-prefix` flags that make the guests' bytes independent of where the workspace
