@@ -34,11 +34,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::capabilities::Capabilities;
+use crate::cel_configmap::{self, CEL_KEY, CEL_SIGNATURE_KEY, CelSourceError};
 use crate::cluster_reads::ReadCeiling;
 use crate::config::LimitError;
 use crate::engine::{Hook, PolicyEngine};
 use crate::error::EvalError;
 use crate::registry::{ActivationError, ActivePolicy, ManifestError, PolicyManifest};
+pub use crate::signature::Signed;
 use crate::signature::{KeyId, SignatureError, TrustedKeys};
 
 /// Label that marks a ConfigMap as a policy (value `"true"`).
@@ -114,12 +116,22 @@ pub enum LoadError {
     /// `deadlineMs` or `memoryMib` above the operator's maximum.
     #[error("data key {MANIFEST_KEY}: {0}")]
     Limits(LimitError),
+    /// Keys of two kinds of policy (a module, a reference, a CEL document) are both set.
+    #[error("{0}")]
+    Mixed(String),
+    /// A CEL policy's document, manifest or signature was refused before it ran.
+    #[error("{0}")]
+    Cel(CelSourceError),
+    /// The CEL evaluator's `validate-settings` refused the document: an expression that does
+    /// not compile (named with a caret under its position), a field it does not know, too many.
+    #[error("data key {CEL_KEY}: {0}")]
+    CelDocument(EvalError),
 }
 
 impl LoadError {
     /// The step that failed, as a metric label: `size`, `missing`, `ambiguous`, `reference`,
-    /// `decompress`,
-    /// `signature`, `manifest`, `digest`, `compile`, `hooks`, `settings` or `limits`.
+    /// `decompress`, `signature`, `manifest`, `digest`, `compile`, `hooks`, `settings`, `limits`
+    /// or `document` (a CEL policy's).
     pub fn step(&self) -> &'static str {
         match self {
             LoadError::Size { .. } => "size",
@@ -134,6 +146,12 @@ impl LoadError {
             LoadError::Hooks { .. } => "hooks",
             LoadError::Settings(_) => "settings",
             LoadError::Limits(_) => "limits",
+            LoadError::Mixed(_) => "ambiguous",
+            LoadError::Cel(CelSourceError::Document(_)) | LoadError::CelDocument(_) => "document",
+            LoadError::Cel(CelSourceError::Manifest(_)) => "manifest",
+            LoadError::Cel(CelSourceError::Unsigned { .. } | CelSourceError::Signature(_)) => {
+                "signature"
+            }
         }
     }
 }
@@ -164,26 +182,14 @@ pub enum SignatureRejection {
     Invalid(SignatureError),
 }
 
-/// What is known of the signature of a module read from a ConfigMap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Signed {
-    /// No `policy.wasm.sig`.
+/// What a policy ConfigMap carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyForm {
+    /// A component: its bytes, or a reference to them in a registry.
     #[default]
-    No,
-    /// A `policy.wasm.sig`, not checked: the reader was given no trusted keys.
-    Unverified,
-    /// Verified with this trusted key.
-    By(KeyId),
-}
-
-impl Signed {
-    /// The key that verified the signature, if one did.
-    pub fn key(&self) -> Option<&KeyId> {
-        match self {
-            Signed::By(key) => Some(key),
-            Signed::No | Signed::Unverified => None,
-        }
-    }
+    Module,
+    /// A CEL document, run by the operator's CEL evaluator (see [`crate::cel_configmap`]).
+    Cel,
 }
 
 /// A policy read from a ConfigMap, checked up to its digest (and signature, with trusted keys)
@@ -191,6 +197,8 @@ impl Signed {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicySource {
     pub manifest: PolicyManifest,
+    /// Whether it came as a module or as a CEL document.
+    pub form: PolicyForm,
     /// The module, decompressed.
     pub wasm: Vec<u8>,
     /// Lower-case hex sha256 of `wasm`.
@@ -202,10 +210,17 @@ pub struct PolicySource {
 /// policy whose module fails to load is still known by name, hooks and selector, so the jobs
 /// it would select can be told.
 pub fn read_manifest(cm: &ConfigMap) -> Option<PolicyManifest> {
-    let text = cm.data.as_ref()?.get(MANIFEST_KEY)?;
-    let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
-    let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
-    let manifest = PolicyManifest::from_yaml(text, default_name).ok()?;
+    let data = cm.data.as_ref()?;
+    let default_name = default_name(cm);
+    let manifest = match data.get(CEL_KEY) {
+        Some(document) => cel_configmap::manifest_for(
+            document,
+            data.get(MANIFEST_KEY).map(String::as_str),
+            default_name,
+        )
+        .ok()?,
+        None => PolicyManifest::from_yaml(data.get(MANIFEST_KEY)?, default_name).ok()?,
+    };
     manifest.validate(&Capabilities::everything()).ok()?;
     manifest.grant_reads(&ReadCeiling::everything()).ok()?;
     Some(manifest)
@@ -240,6 +255,9 @@ pub fn read_verified(cm: &ConfigMap, keys: &TrustedKeys) -> Result<PolicySource,
         });
     }
 
+    if data.contains_key(CEL_KEY) {
+        return read_cel(cm, data, binary, keys);
+    }
     let text = data.get(MANIFEST_KEY).ok_or(LoadError::Missing {
         section: "data",
         key: MANIFEST_KEY,
@@ -289,6 +307,12 @@ pub fn module_reference(cm: &ConfigMap) -> Result<Option<ModuleReference>, LoadE
     let Some(reference) = cm.data.as_ref().and_then(|d| d.get(MODULE_KEY)) else {
         return Ok(None);
     };
+    if cm.data.as_ref().is_some_and(|d| d.contains_key(CEL_KEY)) {
+        return Err(LoadError::Mixed(format!(
+            "data key {CEL_KEY} and data key {MODULE_KEY} are both set: a policy is a CEL \
+             document or a module; keep one"
+        )));
+    }
     let binary = cm.binary_data.as_ref();
     if binary.is_some_and(|b| b.contains_key(WASM_KEY) || b.contains_key(WASM_GZIP_KEY)) {
         return Err(LoadError::Reference(format!(
@@ -354,6 +378,61 @@ pub fn read_referenced(
     finish(cm, text, wasm, signed)
 }
 
+/// The name of a policy whose manifest does not say: the ConfigMap's, without [`NAME_PREFIX`].
+fn default_name(cm: &ConfigMap) -> &str {
+    let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
+    cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name)
+}
+
+/// Reads a ConfigMap that carries a CEL document (see [`crate::cel_configmap`]): nothing of a
+/// module may be beside it, and with `keys` the document must be signed by one of them.
+fn read_cel(
+    cm: &ConfigMap,
+    data: &BTreeMap<String, String>,
+    binary: &BTreeMap<String, ByteString>,
+    keys: &TrustedKeys,
+) -> Result<PolicySource, LoadError> {
+    let module_key = [WASM_KEY, WASM_GZIP_KEY]
+        .into_iter()
+        .find(|k| binary.contains_key(*k))
+        .map(|k| format!("binaryData key {k}"))
+        .or_else(|| {
+            data.contains_key(MODULE_KEY)
+                .then(|| format!("data key {MODULE_KEY}"))
+        });
+    if let Some(module_key) = module_key {
+        return Err(LoadError::Mixed(format!(
+            "data key {CEL_KEY} and {module_key} are both set: a policy is a CEL document or a \
+             module; keep one"
+        )));
+    }
+    if data.contains_key(SIGNATURE_KEY) {
+        return Err(LoadError::Mixed(format!(
+            "data key {SIGNATURE_KEY} signs a module; a CEL document's signature goes under \
+             {CEL_SIGNATURE_KEY}"
+        )));
+    }
+    if !keys.is_empty() && binary.contains_key(CEL_SIGNATURE_KEY) {
+        return Err(LoadError::Cel(cel_configmap::misplaced_signature(keys)));
+    }
+    let document = &data[CEL_KEY];
+    let source = cel_configmap::read(
+        document,
+        data.get(MANIFEST_KEY).map(String::as_str),
+        data.get(CEL_SIGNATURE_KEY).map(String::as_str),
+        keys,
+        default_name(cm),
+    )
+    .map_err(LoadError::Cel)?;
+    Ok(PolicySource {
+        manifest: source.manifest,
+        form: PolicyForm::Cel,
+        wasm: crate::defaults::CEL_POLICY_WASM.to_vec(),
+        digest: crate::defaults::cel_policy_digest().to_owned(),
+        signed: source.signed,
+    })
+}
+
 /// The steps after the module is at hand: the manifest, the digest and its pin.
 fn finish(
     cm: &ConfigMap,
@@ -361,9 +440,8 @@ fn finish(
     wasm: Vec<u8>,
     signed: Signed,
 ) -> Result<PolicySource, LoadError> {
-    let cm_name = cm.metadata.name.as_deref().unwrap_or_default();
-    let default_name = cm_name.strip_prefix(NAME_PREFIX).unwrap_or(cm_name);
-    let manifest = PolicyManifest::from_yaml(text, default_name).map_err(LoadError::Manifest)?;
+    let manifest =
+        PolicyManifest::from_yaml(text, default_name(cm)).map_err(LoadError::Manifest)?;
     // The operator's ceiling is checked at activation; here only the manifest's shape.
     manifest
         .validate(&Capabilities::everything())
@@ -383,6 +461,7 @@ fn finish(
     }
     Ok(PolicySource {
         manifest,
+        form: PolicyForm::Module,
         wasm,
         digest,
         signed,
@@ -469,11 +548,13 @@ pub fn activate_source(
             limit: max,
         });
     }
-    Ok(crate::registry::activate_checked(
-        engine,
-        source.manifest,
-        &source.wasm,
-    )?)
+    let form = source.form;
+    crate::registry::activate_checked(engine, source.manifest, &source.wasm).map_err(|e| {
+        match (form, LoadError::from(e)) {
+            (PolicyForm::Cel, LoadError::Settings(refused)) => LoadError::CelDocument(refused),
+            (_, other) => other,
+        }
+    })
 }
 
 /// The name `pack` gives the ConfigMap of policy `name`.
@@ -492,11 +573,7 @@ pub fn pack(
     namespace: &str,
     gzip: bool,
 ) -> Result<ConfigMap, ManifestError> {
-    let name = configmap_name(&manifest.name);
-    check_dns_subdomain(&name).map_err(|message| ManifestError {
-        field: "name".into(),
-        message: format!("the ConfigMap name {name:?} {message}"),
-    })?;
+    let frame = frame(&manifest.name, namespace)?;
     manifest.sha256 = Some(hex::encode(Sha256::digest(wasm)));
     let text = serde_yaml_ng::to_string(&manifest).map_err(|e| ManifestError {
         field: ".".into(),
@@ -508,24 +585,82 @@ pub fn pack(
         (WASM_KEY, wasm.to_vec())
     };
     Ok(ConfigMap {
+        data: Some(BTreeMap::from([(MANIFEST_KEY.into(), text)])),
+        binary_data: Some(BTreeMap::from([(key.into(), ByteString(module))])),
+        ..frame
+    })
+}
+
+/// An empty policy ConfigMap: named after policy `name` (checked to make a ConfigMap name) in
+/// `namespace`, labelled as a policy.
+fn frame(name: &str, namespace: &str) -> Result<ConfigMap, ManifestError> {
+    let name = configmap_name(name);
+    check_dns_subdomain(&name).map_err(|message| ManifestError {
+        field: "name".into(),
+        message: format!("the ConfigMap name {name:?} {message}"),
+    })?;
+    Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(namespace.to_owned()),
             labels: Some(BTreeMap::from([(POLICY_LABEL.into(), "true".into())])),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([(MANIFEST_KEY.into(), text)])),
-        binary_data: Some(BTreeMap::from([(key.into(), ByteString(module))])),
         ..ConfigMap::default()
     })
 }
 
-/// Adds the module's signature (base64, as [`crate::signature::SigningKey::sign`] or
-/// `cosign sign-blob` writes it) to a ConfigMap made by [`pack`].
+/// Adds the signature (base64, as [`crate::signature::SigningKey::sign`] or `cosign
+/// sign-blob` writes it) of the module, or of the CEL document, to a ConfigMap made by [`pack`]
+/// or [`pack_cel`], under the key that kind of policy is signed under.
 pub fn set_signature(cm: &mut ConfigMap, signature_b64: &str) {
-    cm.data
-        .get_or_insert_with(BTreeMap::new)
-        .insert(SIGNATURE_KEY.to_owned(), signature_b64.trim().to_owned());
+    let data = cm.data.get_or_insert_with(BTreeMap::new);
+    let key = if data.contains_key(CEL_KEY) {
+        CEL_SIGNATURE_KEY
+    } else {
+        SIGNATURE_KEY
+    };
+    data.insert(key.to_owned(), signature_b64.trim().to_owned());
+}
+
+/// The ConfigMap of a CEL policy: `document` as written (its signature covers these bytes) and,
+/// when `manifest` says more than its defaults, the manifest without what the document decides
+/// (hooks, settings, the digest; see [`crate::cel_configmap`]). Like [`pack`], it does not load
+/// the policy.
+pub fn pack_cel(
+    manifest: &PolicyManifest,
+    document: &str,
+    namespace: &str,
+) -> Result<ConfigMap, ManifestError> {
+    let frame = frame(&manifest.name, namespace)?;
+    let unwritable = |e: serde_json::Error| ManifestError {
+        field: ".".into(),
+        message: e.to_string(),
+    };
+    let defaults = serde_json::to_value(PolicyManifest::default()).map_err(unwritable)?;
+    let serde_json::Value::Object(mut fields) =
+        serde_json::to_value(manifest).map_err(unwritable)?
+    else {
+        unreachable!("a manifest serialises to an object");
+    };
+    // Fields at their default say nothing, and a failurePolicy at its default would contradict
+    // one the document sets.
+    fields.retain(|field, value| {
+        !matches!(field.as_str(), "hooks" | "settings" | "sha256")
+            && defaults.get(field) != Some(value)
+    });
+    let mut data = BTreeMap::from([(CEL_KEY.to_owned(), document.to_owned())]);
+    data.insert(
+        MANIFEST_KEY.into(),
+        serde_yaml_ng::to_string(&fields).map_err(|e| ManifestError {
+            field: ".".into(),
+            message: e.to_string(),
+        })?,
+    );
+    Ok(ConfigMap {
+        data: Some(data),
+        ..frame
+    })
 }
 
 /// gzip with a fixed header (no modification time, no file name, operating system "unknown")
@@ -1019,16 +1154,7 @@ mod tests {
         assert!(err.message.contains("tfjob-policy-GPU_rules"), "{err}");
     }
 
-    /// A signing key from a fixed seed, and the trusted set of its public half.
-    fn signer(seed: &str) -> (crate::signature::SigningKey, TrustedKeys) {
-        use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
-        let secret = p256::ecdsa::SigningKey::from_slice(&Sha256::digest(seed.as_bytes())).unwrap();
-        let pem = secret.to_pkcs8_pem(LineEnding::LF).unwrap();
-        let key = crate::signature::SigningKey::from_pem(seed, &pem).unwrap();
-        let mut keys = TrustedKeys::none();
-        keys.insert(key.public_key().clone());
-        (key, keys)
-    }
+    use crate::signature::test_keys::signer;
 
     fn signed(gzip: bool, key: &crate::signature::SigningKey) -> ConfigMap {
         let mut cm = packed(gzip);

@@ -5,6 +5,10 @@
 //! `--policy-config` file overrides their settings, failure policy and order; a configured
 //! policy with a default's name replaces that default.
 
+use std::sync::LazyLock;
+
+use sha2::{Digest as _, Sha256};
+
 use crate::capabilities::Capabilities;
 use crate::cluster_reads::ReadDeclaration;
 use crate::engine::{Hook, PolicyEngine};
@@ -50,6 +54,14 @@ pub const HOSTILE_POLICY_WASM: &[u8] =
 /// that runs the CEL document it is given as settings.
 pub const CEL_POLICY_WASM: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_cel_policy.wasm"));
+
+/// The sha256 (lower-case hex) of [`CEL_POLICY_WASM`], computed once: every CEL policy read
+/// from a ConfigMap names it.
+pub fn cel_policy_digest() -> &'static str {
+    static DIGEST: LazyLock<String> =
+        LazyLock::new(|| hex::encode(Sha256::digest(CEL_POLICY_WASM)));
+    &DIGEST
+}
 
 /// The default policy of that name.
 pub fn find(name: &str) -> Option<&'static DefaultPolicy> {

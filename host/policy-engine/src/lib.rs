@@ -19,6 +19,7 @@
 pub mod bindings;
 pub mod breaker;
 pub mod capabilities;
+pub mod cel_configmap;
 pub mod clock;
 pub mod cluster_access;
 pub mod cluster_cache;

@@ -201,11 +201,19 @@ impl PolicyManifest {
     /// Parses a YAML (or JSON) manifest; `default_name` fills a missing `name`. Errors name the
     /// field's path.
     pub fn from_yaml(text: &str, default_name: &str) -> Result<PolicyManifest, ManifestError> {
-        let mut value: serde_yaml_ng::Value =
+        let value: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(text).map_err(|e| ManifestError {
                 field: ".".into(),
                 message: format!("not valid YAML: {e}"),
             })?;
+        PolicyManifest::from_value(value, default_name)
+    }
+
+    /// [`PolicyManifest::from_yaml`] of a document already parsed.
+    pub fn from_value(
+        mut value: serde_yaml_ng::Value,
+        default_name: &str,
+    ) -> Result<PolicyManifest, ManifestError> {
         if let serde_yaml_ng::Value::Mapping(m) = &mut value {
             let key = serde_yaml_ng::Value::from("name");
             if !m.contains_key(&key) {

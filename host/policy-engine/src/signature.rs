@@ -104,6 +104,29 @@ pub enum SignatureError {
     NoKeys,
 }
 
+/// What is known of the signature of a policy read from a ConfigMap (its module, or its CEL
+/// document).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Signed {
+    /// No signature.
+    #[default]
+    No,
+    /// A signature, not checked: the reader was given no trusted keys.
+    Unverified,
+    /// Verified with this trusted key.
+    By(KeyId),
+}
+
+impl Signed {
+    /// The key that verified the signature, if one did.
+    pub fn key(&self) -> Option<&KeyId> {
+        match self {
+            Signed::By(key) => Some(key),
+            Signed::No | Signed::Unverified => None,
+        }
+    }
+}
+
 #[derive(Clone)]
 enum PublicKey {
     P256(p256::ecdsa::VerifyingKey),
@@ -540,6 +563,25 @@ fn pem_blocks(file: &str, text: &str) -> Result<Vec<(String, Vec<u8>)>, KeyError
 /// The label of a `-----BEGIN LABEL-----` (or END) line.
 fn boundary<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
     line.strip_prefix(prefix)?.strip_suffix("-----")
+}
+
+/// Keys for tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod test_keys {
+    use p256::pkcs8::{EncodePrivateKey as _, LineEnding};
+    use sha2::{Digest as _, Sha256};
+
+    use super::{SigningKey, TrustedKeys};
+
+    /// A signing key from a fixed seed, and the trusted set of its public half.
+    pub(crate) fn signer(seed: &str) -> (SigningKey, TrustedKeys) {
+        let secret = p256::ecdsa::SigningKey::from_slice(&Sha256::digest(seed.as_bytes())).unwrap();
+        let pem = secret.to_pkcs8_pem(LineEnding::LF).unwrap();
+        let key = SigningKey::from_pem(seed, &pem).unwrap();
+        let mut keys = TrustedKeys::none();
+        keys.insert(key.public_key().clone());
+        (key, keys)
+    }
 }
 
 #[cfg(test)]

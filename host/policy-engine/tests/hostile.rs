@@ -3,9 +3,12 @@
 //! pod field; and the engine keeps serving other policies afterwards. A policy that keeps
 //! failing trips its circuit breaker and is no longer called.
 
+mod common;
+
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use common::operator_pod;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use tfjob_planner::{PodContext, PodPolicies};
@@ -715,31 +718,6 @@ fn a_log_flood_of_empty_fields_ends_within_the_deadline() {
         );
     }
     assert!(decorate("ok").is_ok());
-}
-
-/// A pod as the operator builds it: its labels, owner and `TF_CONFIG`.
-fn operator_pod() -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": "mnist-worker-0", "namespace": "ml",
-            "labels": {
-                "training.kubeflow.org/job-name": "mnist",
-                "training.kubeflow.org/replica-type": "worker",
-                "training.kubeflow.org/replica-index": "0",
-                "training.kubeflow.org/operator-name": "tfjob-controller"
-            },
-            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist", "uid": "uid", "controller": true, "blockOwnerDeletion": true}]
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "tensorflow", "image": "tf:2",
-                "env": [{"name": "TF_CONFIG", "value": "{}"}],
-                "ports": [{"name": "tfjob-port", "containerPort": 2222}]
-            }]
-        }
-    })
 }
 
 /// Decorates the operator's pod with the hostile guest setting `path` to `value`, on `engine`
