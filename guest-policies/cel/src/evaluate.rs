@@ -8,7 +8,7 @@
 //! - `namespaceObject`: the job's Namespace when the policy reads it (declared `reads`), else
 //!   null;
 //! - `hook` (`decorate`, `resources` or `classify`), `containerName` (resources) and `now`
-//!   (classify, RFC 3339);
+//!   (classify, a timestamp: `now - timestamp(c.lastTransitionTime) > duration('10m')`);
 //! - `variables.NAME`: the document's variables, evaluated in order after the match conditions,
 //!   each seeing those before it.
 //!
@@ -100,9 +100,12 @@ impl CompiledDocument {
         pod: &Json,
         now: &str,
     ) -> Result<Option<RuleVerdict>, EvalError> {
+        let now = chrono::DateTime::parse_from_rfc3339(now).map_err(|e| EvalError {
+            path: "now".into(),
+            message: format!("{now:?} is not an RFC 3339 time: {e}"),
+        })?;
         let mut base = Bindings::new(inputs, "classify");
-        base.extra
-            .push(("now", Value::String(Arc::new(now.to_owned()))));
+        base.extra.push(("now", Value::Timestamp(now)));
         let Some(variables) = self.prepare(&base, pod)? else {
             return Ok(None);
         };

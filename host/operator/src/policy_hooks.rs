@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod};
 use serde::Deserialize;
 use serde_json::Value;
 use tfjob_planner::{PodContext, Verdict};
+use tfjob_policy_engine::cel_configmap;
+use tfjob_policy_engine::configmap::{self, PolicyForm};
 use tfjob_policy_engine::hook_call::{self, Caller, Observed};
 use tfjob_policy_engine::{
     ActivationError, ActivePolicy, EvalError, Hook, PolicyEngine, PolicyManifest, activate_checked,
@@ -67,6 +69,9 @@ pub(crate) fn policy_source(spec: &str, hook: Hook, flag: &str) -> anyhow::Resul
         });
     }
     let path = Path::new(spec);
+    if is_cel_file(path) {
+        return cel_source(path, flag);
+    }
     let bytes =
         std::fs::read(path).with_context(|| format!("{flag}: reading {}", path.display()))?;
     let name = path
@@ -78,6 +83,52 @@ pub(crate) fn policy_source(spec: &str, hook: Hook, flag: &str) -> anyhow::Resul
         bytes,
         name,
         manifest: None,
+        default_manifest: false,
+    })
+}
+
+/// Whether `path` names a CEL policy (a YAML file) rather than a module.
+pub(crate) fn is_cel_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
+}
+
+/// A CEL policy from a YAML file: a policy ConfigMap (as `policy pack --cel` prints it), read
+/// as the operator reads it, or a CEL document alone, named after the file (`gpu.cel.yaml`
+/// runs as `gpu`), with the hooks its parts serve.
+pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource> {
+    let at = || format!("{flag}: {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: reading", at()))?;
+    let is_configmap = serde_yaml_ng::from_str::<Value>(&text)
+        .ok()
+        .is_some_and(|v| v.get("kind").and_then(Value::as_str) == Some("ConfigMap"));
+    let manifest = if is_configmap {
+        let cm: ConfigMap =
+            serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a ConfigMap", at()))?;
+        let source = configmap::read_configmap(&cm).map_err(|e| anyhow!("{}: {e}", at()))?;
+        if source.form != PolicyForm::Cel {
+            return Err(anyhow!(
+                "{}: carries a module, not a CEL document (data key {})",
+                at(),
+                cel_configmap::CEL_KEY
+            ));
+        }
+        source.manifest
+    } else {
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .map(|s| s.split('.').next().unwrap_or(s))
+            .filter(|s| !s.is_empty())
+            .unwrap_or("policy");
+        cel_configmap::manifest_for(&text, None, name).map_err(|e| anyhow!("{}: {e}", at()))?
+    };
+    Ok(PolicySource {
+        bytes: defaults::CEL_POLICY_WASM.to_vec(),
+        name: manifest.name.clone(),
+        manifest: Some(manifest),
         default_manifest: false,
     })
 }

@@ -18,9 +18,14 @@ use crate::policy_suite::{Format, Overrides};
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// `.wasm` file, `default` (the embedded default for the hook) or `default:<name>`; with
-    /// `--suite`, replaces the suite's `policy`.
-    #[arg(long, value_name = "P.wasm", required_unless_present = "suite")]
+    /// `.wasm` file, `default` (the embedded default for the hook), `default:<name>`, or a CEL
+    /// policy: a `.yaml` file holding its document or its ConfigMap; with `--suite`, replaces
+    /// the suite's `policy`.
+    #[arg(
+        long,
+        value_name = "P.wasm|P.cel.yaml",
+        required_unless_present = "suite"
+    )]
     pub policy: Option<String>,
     /// The hook to run.
     #[arg(long, value_parser = ["decorate", "resources", "classify"], required_unless_present = "suite", conflicts_with = "suite")]

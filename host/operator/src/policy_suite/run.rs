@@ -9,7 +9,9 @@ use tfjob_policy_engine::cluster_access::{ReadJournal, ReadRecord};
 use tfjob_policy_engine::hook_call::{Caller, job_context};
 use tfjob_policy_engine::{EvalError, Hook, PolicyEngine, SandboxLimits};
 
-use crate::policy_hooks::{HookInput, PolicySource, container, policy_source, run_hook};
+use crate::policy_hooks::{
+    HookInput, PolicySource, cel_source, container, is_cel_file, policy_source, run_hook,
+};
 
 use super::{compare::*, load::*, model::*};
 
@@ -132,6 +134,9 @@ pub(crate) fn under_test(
         (Some(spec), _) => policy_source(spec, hook, "--policy")?,
         (None, Some(PolicyRef::Default(spec))) => {
             policy_source(spec, hook, &format!("{}: policy", suite.file.display()))?
+        }
+        (None, Some(PolicyRef::File(path))) if is_cel_file(path) => {
+            cel_source(path, &format!("{}: policy", suite.file.display()))?
         }
         (None, Some(PolicyRef::File(path))) => {
             let bytes = read_capped(path, engine.limits().max_module as u64)
