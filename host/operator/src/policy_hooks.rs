@@ -37,6 +37,8 @@ pub(crate) struct PolicySource {
     /// Whether `manifest` is a default's own: other settings then declare the capabilities
     /// they use, as the operator does for `--policy-config`.
     pub default_manifest: bool,
+    /// A CEL policy's document: a manifest given for it is read as a CEL policy's.
+    pub cel_document: Option<String>,
 }
 
 /// The names of the embedded defaults, for error messages.
@@ -66,6 +68,7 @@ pub(crate) fn policy_source(spec: &str, hook: Hook, flag: &str) -> anyhow::Resul
             name: d.name.to_owned(),
             manifest: Some(defaults::manifest(d)),
             default_manifest: true,
+            cel_document: None,
         });
     }
     let path = Path::new(spec);
@@ -84,6 +87,7 @@ pub(crate) fn policy_source(spec: &str, hook: Hook, flag: &str) -> anyhow::Resul
         name,
         manifest: None,
         default_manifest: false,
+        cel_document: None,
     })
 }
 
@@ -104,18 +108,21 @@ pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource
     let is_configmap = serde_yaml_ng::from_str::<Value>(&text)
         .ok()
         .is_some_and(|v| v.get("kind").and_then(Value::as_str) == Some("ConfigMap"));
-    let manifest = if is_configmap {
+    let (manifest, document) = if is_configmap {
         let cm: ConfigMap =
             serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a ConfigMap", at()))?;
         let source = configmap::read_configmap(&cm).map_err(|e| anyhow!("{}: {e}", at()))?;
-        if source.form != PolicyForm::Cel {
-            return Err(anyhow!(
-                "{}: carries a module, not a CEL document (data key {})",
-                at(),
-                cel_configmap::CEL_KEY
-            ));
+        let document = cm.data.as_ref().and_then(|d| d.get(cel_configmap::CEL_KEY));
+        match (source.form, document) {
+            (PolicyForm::Cel, Some(document)) => (source.manifest, document.clone()),
+            _ => {
+                return Err(anyhow!(
+                    "{}: carries a module, not a CEL document (data key {})",
+                    at(),
+                    cel_configmap::CEL_KEY
+                ));
+            }
         }
-        source.manifest
     } else {
         let name = path
             .file_name()
@@ -123,21 +130,31 @@ pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource
             .map(|s| s.split('.').next().unwrap_or(s))
             .filter(|s| !s.is_empty())
             .unwrap_or("policy");
-        cel_configmap::manifest_for(&text, None, name).map_err(|e| anyhow!("{}: {e}", at()))?
+        let manifest =
+            cel_configmap::manifest_for(&text, None, name).map_err(|e| anyhow!("{}: {e}", at()))?;
+        (manifest, text)
     };
     Ok(PolicySource {
         bytes: defaults::CEL_POLICY_WASM.to_vec(),
         name: manifest.name.clone(),
         manifest: Some(manifest),
         default_manifest: false,
+        cel_document: Some(document),
     })
 }
 
 impl PolicySource {
-    /// Replaces the manifest with the one in `text` (YAML); `what` names where it came from.
+    /// Replaces the manifest with the one in `text` (YAML); `what` names where it came from. A
+    /// CEL policy's stays what its document decides (hooks, settings, the namespace read).
     pub(crate) fn with_manifest(mut self, text: &str, what: &str) -> anyhow::Result<PolicySource> {
-        self.manifest =
-            Some(PolicyManifest::from_yaml(text, &self.name).map_err(|e| anyhow!("{what}: {e}"))?);
+        let manifest = match &self.cel_document {
+            Some(document) => cel_configmap::manifest_for(document, Some(text), &self.name)
+                .map_err(|e| anyhow!("{what}: {e}"))?,
+            None => {
+                PolicyManifest::from_yaml(text, &self.name).map_err(|e| anyhow!("{what}: {e}"))?
+            }
+        };
+        self.manifest = Some(manifest);
         self.default_manifest = false;
         Ok(self)
     }

@@ -54,6 +54,9 @@ const JS_POLICY: &str = include_str!("../templates/policy-new/js/policy.js");
 const JS_PACKAGE: &str = include_str!("../templates/policy-new/js/package.json");
 const JS_README: &str = include_str!("../templates/policy-new/js/README.md");
 const JS_GITIGNORE: &str = include_str!("../templates/policy-new/js/gitignore");
+const CEL_POLICY: &str = include_str!("../templates/policy-new/cel/policy.cel.yaml");
+const CEL_SUITE: &str = include_str!("../templates/policy-new/cel/suite.yaml");
+const CEL_README: &str = include_str!("../templates/policy-new/cel/README.md");
 
 /// The language a policy is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -64,15 +67,18 @@ pub enum Lang {
     Python,
     /// JavaScript, built with componentize-js.
     Js,
+    /// A CEL document, run by the operator's CEL evaluator: nothing to build.
+    Cel,
 }
 
 impl Lang {
-    /// The command that builds the component, run in the project's directory.
-    fn build_command(self) -> &'static str {
+    /// The command that builds the component, run in the project's directory; none for CEL.
+    fn build_command(self) -> Option<&'static str> {
         match self {
-            Lang::Rust => "cargo build --release --target wasm32-wasip2",
-            Lang::Python => "python3 build.py",
-            Lang::Js => "npm run build",
+            Lang::Rust => Some("cargo build --release --target wasm32-wasip2"),
+            Lang::Python => Some("python3 build.py"),
+            Lang::Js => Some("npm run build"),
+            Lang::Cel => None,
         }
     }
 
@@ -84,6 +90,7 @@ impl Lang {
                 name.replace('-', "_")
             ),
             Lang::Python | Lang::Js => "policy.wasm".into(),
+            Lang::Cel => "policy.cel.yaml".into(),
         }
     }
 }
@@ -430,7 +437,10 @@ fn values(name: &str, shape: &Shape, lang: Lang) -> BTreeMap<&'static str, Strin
         ""
     };
     values.insert("read_flag", read_flag.to_owned());
-    values.insert("build_command", lang.build_command().to_owned());
+    values.insert(
+        "build_command",
+        lang.build_command().unwrap_or_default().to_owned(),
+    );
     values.insert("component", lang.component(name));
     let mut example = Vec::new();
     if hooks.contains(&Hook::Decorate) {
@@ -488,15 +498,23 @@ pub fn files(
             (PathBuf::from("README.md"), render(JS_README)?),
             (PathBuf::from(".gitignore"), JS_GITIGNORE.to_owned()),
         ],
+        // No contract to build against: the operator's evaluator implements it.
+        Lang::Cel => vec![
+            (PathBuf::from("policy.cel.yaml"), render(CEL_POLICY)?),
+            (PathBuf::from("README.md"), render(CEL_README)?),
+            (PathBuf::from("tests/suite.yaml"), render(CEL_SUITE)?),
+        ],
     };
-    out.extend([
-        (PathBuf::from("wit/world.wit"), render(WORLD_WIT)?),
-        (
-            PathBuf::from("wit/deps/tfjob-policy/policy.wit"),
-            CONTRACT_WIT.to_owned(),
-        ),
-        (PathBuf::from("tests/suite.yaml"), render(SUITE_YAML)?),
-    ]);
+    if lang != Lang::Cel {
+        out.extend([
+            (PathBuf::from("wit/world.wit"), render(WORLD_WIT)?),
+            (
+                PathBuf::from("wit/deps/tfjob-policy/policy.wit"),
+                CONTRACT_WIT.to_owned(),
+            ),
+            (PathBuf::from("tests/suite.yaml"), render(SUITE_YAML)?),
+        ]);
+    }
     if hooks.iter().any(|h| *h != Hook::Classify) {
         out.push((
             PathBuf::from("tests/pods/worker.yaml"),
@@ -520,6 +538,7 @@ pub fn files(
         Lang::Rust => {}
         Lang::Python => out.extend(crate::sdk_bundle::python_files()),
         Lang::Js => out.extend(crate::sdk_bundle::js_files(name)),
+        Lang::Cel => {}
     }
     Ok(out)
 }
@@ -590,7 +609,7 @@ pub fn generate(args: &NewArgs) -> Result<Generated, NewError> {
     let real = dir.canonicalize().map_err(|e| refuse(e.to_string()))?;
     let sdk = match args.lang {
         Lang::Rust => sdk_dependency(&real, args.sdk_path.as_deref()),
-        // The language SDKs are small and carried whole in every project.
+        // The language SDKs are small and carried whole in every project; CEL needs none.
         _ => Ok(SdkDependency::Vendored),
     };
     let result = sdk.and_then(|sdk| {
@@ -667,18 +686,32 @@ pub fn main(args: &NewArgs) -> ExitCode {
                 (SdkDependency::Vendored, Lang::Js) => {
                     "the JavaScript SDK of this operator in tfjob-policy".into()
                 }
+                (SdkDependency::Vendored, Lang::Cel) => {
+                    "run by the operator's CEL evaluator".into()
+                }
             };
             let names: Vec<&str> = args.hooks.iter().map(|h| h.as_str()).collect();
             let native_test = match args.lang {
                 Lang::Rust => "\n  cargo test",
-                Lang::Python | Lang::Js => "",
+                Lang::Python | Lang::Js | Lang::Cel => "",
+            };
+            let build = args
+                .lang
+                .build_command()
+                .map(|command| format!("\n  {command}"))
+                .unwrap_or_default();
+            let pack = match args.lang {
+                Lang::Cel => format!(
+                    "\n  tfjob-operator policy pack --cel policy.cel.yaml --name {} > configmap.yaml",
+                    args.name
+                ),
+                _ => String::new(),
             };
             println!(
-                "Created policy {} in {dir} (hooks: {}; {sdk}), {} files.\n\nNext:\n  cd {dir}{native_test}\n  {}\n  tfjob-operator policy test --suite tests/suite.yaml --policy {}",
+                "Created policy {} in {dir} (hooks: {}; {sdk}), {} files.\n\nNext:\n  cd {dir}{native_test}{build}\n  tfjob-operator policy test --suite tests/suite.yaml --policy {}{pack}",
                 args.name,
                 names.join(", "),
                 g.files.len(),
-                args.lang.build_command(),
                 args.lang.component(&args.name),
             );
             ExitCode::SUCCESS
@@ -860,7 +893,10 @@ mod tests {
                     );
                 }
                 assert_eq!(get("wit/deps/tfjob-policy/policy.wit"), CONTRACT_WIT);
-                assert!(get("tests/suite.yaml").contains(lang.build_command()));
+                let build = lang
+                    .build_command()
+                    .expect("Python and JavaScript are built");
+                assert!(get("tests/suite.yaml").contains(build));
                 assert!(!files.iter().any(|(p, _)| p.starts_with("vendor")));
             }
         }
@@ -879,6 +915,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(package["name"], "team-labels");
+    }
+
+    #[test]
+    fn cel_projects_render_the_parts_of_their_hooks_and_nothing_to_build() {
+        for shape in combinations() {
+            let files = files("team-labels", &shape, Lang::Cel, &SdkDependency::Vendored).unwrap();
+            let get = |p: &str| &files.iter().find(|(f, _)| f == Path::new(p)).unwrap().1;
+            for (path, text) in &files {
+                assert!(!text.contains("{{"), "{shape:?} {}: {text}", path.display());
+            }
+            let document = get("policy.cel.yaml");
+            for (hook, part) in [
+                (Hook::Decorate, "\nmutations:"),
+                (Hook::Resources, "\nresourceMutations:"),
+                (Hook::Classify, "\nverdicts:"),
+            ] {
+                assert_eq!(
+                    document.contains(part),
+                    shape.hooks.contains(&hook),
+                    "{shape:?}"
+                );
+            }
+            assert_eq!(
+                document.contains("namespaceObject =="),
+                shape.reads,
+                "{shape:?}"
+            );
+            let paths: Vec<&Path> = files.iter().map(|(p, _)| p.as_path()).collect();
+            assert!(
+                !paths
+                    .iter()
+                    .any(|p| p.starts_with("wit") || p.starts_with("vendor"))
+            );
+            assert!(
+                get("README.md").contains("policy pack --cel policy.cel.yaml --name team-labels")
+            );
+        }
     }
 
     #[test]
@@ -934,6 +1007,7 @@ mod tests {
                 Lang::Rust => get("src/lib.rs"),
                 Lang::Python => get("app.py"),
                 Lang::Js => get("policy.js"),
+                Lang::Cel => unreachable!("not among the languages above"),
             };
             assert!(source.contains("namespaceLabels"), "{lang:?}");
         }

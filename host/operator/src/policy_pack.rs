@@ -2,7 +2,7 @@
 //! the operator's own loader (`configmap::load`), so a ConfigMap it prints is one the operator
 //! accepts (given the same limits); optionally signed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
 use clap::Args;
@@ -21,13 +21,18 @@ use tfjob_operator::policy_setup::read_signing_key;
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The `.wasm` component, or `default:<name>` for an embedded default policy.
-    #[arg(long, value_name = "P.wasm")]
-    pub wasm: String,
+    #[arg(long, value_name = "P.wasm", required_unless_present = "cel")]
+    pub wasm: Option<String>,
+    /// A CEL document (`MutatingAdmissionPolicy`'s shape) instead of a module: the ConfigMap
+    /// carries it under `policy.cel.yaml`, its hooks are the parts it has, and it is checked by
+    /// compiling every expression as the operator does.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["wasm", "hooks", "settings", "gzip", "host_paths", "module_ref"])]
+    pub cel: Option<PathBuf>,
     /// Policy name; the ConfigMap is `tfjob-policy-<NAME>`. A default's name replaces it.
     #[arg(long)]
     pub name: String,
     /// Hooks to run it for, comma-separated; each must be exported.
-    #[arg(long, required = true, value_delimiter = ',', value_parser = parse_hook)]
+    #[arg(long, required_unless_present = "cel", value_delimiter = ',', value_parser = parse_hook)]
     pub hooks: Vec<Hook>,
     /// Settings document (YAML or JSON) [default: for a default policy, the settings the
     /// operator runs it with; else `{}`].
@@ -70,7 +75,7 @@ pub struct PackArgs {
     /// The policy's memory cap per call, at most the operator's (64).
     #[arg(long, value_name = "MIB")]
     pub memory_mib: Option<u64>,
-    /// Sign the module with this private key (PEM: PKCS#8 ECDSA P-256 or Ed25519, or SEC1
+    /// Sign the module (or the CEL document) with this private key (PEM: PKCS#8 ECDSA P-256 or Ed25519, or SEC1
     /// P-256) into `policy.wasm.sig`, for an operator run with `--policy-trusted-key`.
     #[arg(long, value_name = "KEY.pem")]
     pub sign_key: Option<PathBuf>,
@@ -120,7 +125,14 @@ fn parse_read(s: &str) -> Result<ReadDeclaration, String> {
 /// Builds the ConfigMap, then loads it as the operator would: whatever `load` refuses, `pack`
 /// refuses with the same reason.
 pub fn main(args: &PackArgs) -> anyhow::Result<String> {
-    let (wasm, default) = match args.wasm.strip_prefix("default:") {
+    if let Some(cel) = &args.cel {
+        return pack_cel(args, cel);
+    }
+    let wasm_arg = args
+        .wasm
+        .as_deref()
+        .expect("clap requires --wasm without --cel");
+    let (wasm, default) = match wasm_arg.strip_prefix("default:") {
         Some(name) => {
             let d = defaults::find(name).ok_or_else(|| {
                 anyhow!(
@@ -131,8 +143,8 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
             (d.wasm.to_vec(), Some(d))
         }
         None => {
-            let bytes = std::fs::read(&args.wasm)
-                .with_context(|| format!("--wasm: reading {}", args.wasm))?;
+            let bytes =
+                std::fs::read(wasm_arg).with_context(|| format!("--wasm: reading {wasm_arg}"))?;
             (bytes, None)
         }
     };
@@ -159,58 +171,24 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         _ => args.reads.clone(),
     };
     let manifest = PolicyManifest {
-        name: args.name.clone(),
         hooks: args.hooks.clone(),
-        order: args.order,
-        failure_policy: match args.failure_policy.as_str() {
-            "Ignore" => FailurePolicy::Ignore,
-            _ => FailurePolicy::Fail,
-        },
-        mode: match args.mode.as_str() {
-            "Shadow" => PolicyMode::Shadow,
-            _ => PolicyMode::Enforce,
-        },
         settings,
-        allowed_paths: args.allowed_paths.clone(),
         capabilities: declared,
         reads,
-        deadline_ms: args.deadline_ms,
-        memory_mib: args.memory_mib,
-        ..PolicyManifest::default()
+        ..flag_manifest(args)?
     };
     // Read before anything is built, so that a bad key is reported as such.
-    let signer = args
-        .sign_key
-        .as_deref()
-        .map(|path| read_signing_key("--sign-key", path))
-        .transpose()?;
+    let signer = signer(args)?;
     let mut cm =
         configmap::pack(manifest, &wasm, &args.namespace, args.gzip).map_err(|e| {
             match e.field.as_str() {
                 "name" => anyhow!("--name {:?}: {}", args.name, e.message),
-                _ => anyhow!("{}: {e}", args.wasm),
+                _ => anyhow!("{wasm_arg}: {e}"),
             }
         })?;
     // The signature is over the module itself, not its gzip form: what the operator runs.
-    let mut trusted = TrustedKeys::none();
-    if let Some(signer) = &signer {
-        configmap::set_signature(&mut cm, &signer.sign(&wasm));
-        trusted.insert(signer.public_key().clone());
-    }
-    if let Some(path) = &args.signature {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--signature: reading {}", path.display()))?;
-        // Only the encoding can be checked here: which keys to trust is the operator's to say.
-        signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
-        configmap::set_signature(&mut cm, &text);
-    }
-    // The capabilities and reads are checked against the cluster's ceilings when the operator
-    // loads the ConfigMap; here everything the manifest can declare is allowed.
-    let engine = PolicyEngine::new(SandboxLimits {
-        ceiling: Capabilities::everything(),
-        reads: ReadCeiling::everything(),
-        ..tfjob_operator::policy_setup::operator_limits()
-    })?;
+    let trusted = sign(args, &mut cm, signer.as_ref(), &wasm)?;
+    let engine = checking_engine()?;
     if let Some(reference) = &args.module_ref {
         return referencing(args, cm, reference, wasm, &engine);
     }
@@ -223,8 +201,102 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
             _ => "",
         };
         anyhow!(
-            "{}: the operator would reject this policy ({} step): {e}{hint}",
-            args.wasm,
+            "{wasm_arg}: the operator would reject this policy ({} step): {e}{hint}",
+            e.step()
+        )
+    })?;
+    Ok(configmap::to_yaml(&cm))
+}
+
+/// The manifest the flags say, for every kind of policy: what is left is the module's (hooks,
+/// settings, what a default's settings use).
+fn flag_manifest(args: &PackArgs) -> anyhow::Result<PolicyManifest> {
+    let mut capabilities = Capabilities {
+        host_paths: args.host_paths.clone(),
+        ..Capabilities::default()
+    };
+    for name in &args.capabilities {
+        capabilities
+            .allow(name)
+            .map_err(|e| anyhow!("--capability: {e}"))?;
+    }
+    Ok(PolicyManifest {
+        name: args.name.clone(),
+        order: args.order,
+        failure_policy: match args.failure_policy.as_str() {
+            "Ignore" => FailurePolicy::Ignore,
+            _ => FailurePolicy::Fail,
+        },
+        mode: match args.mode.as_str() {
+            "Shadow" => PolicyMode::Shadow,
+            _ => PolicyMode::Enforce,
+        },
+        allowed_paths: args.allowed_paths.clone(),
+        capabilities,
+        reads: args.reads.clone(),
+        deadline_ms: args.deadline_ms,
+        memory_mib: args.memory_mib,
+        ..PolicyManifest::default()
+    })
+}
+
+fn signer(args: &PackArgs) -> anyhow::Result<Option<signature::SigningKey>> {
+    args.sign_key
+        .as_deref()
+        .map(|path| read_signing_key("--sign-key", path))
+        .transpose()
+}
+
+/// Signs `signed` (the module, or the CEL document's text) into `cm` with `signer`, or puts
+/// the `--signature` given; returns the keys an operator that trusts the signer would have.
+fn sign(
+    args: &PackArgs,
+    cm: &mut k8s_openapi::api::core::v1::ConfigMap,
+    signer: Option<&signature::SigningKey>,
+    signed: &[u8],
+) -> anyhow::Result<TrustedKeys> {
+    let mut trusted = TrustedKeys::none();
+    if let Some(signer) = signer {
+        configmap::set_signature(cm, &signer.sign(signed));
+        trusted.insert(signer.public_key().clone());
+    }
+    if let Some(path) = &args.signature {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--signature: reading {}", path.display()))?;
+        // Only the encoding can be checked here: which keys to trust is the operator's to say.
+        signature::decode(&text).map_err(|e| anyhow!("--signature {}: {e}", path.display()))?;
+        configmap::set_signature(cm, &text);
+    }
+    Ok(trusted)
+}
+
+/// The engine `pack` loads a ConfigMap with: the operator's limits, and every capability and
+/// read allowed (they are checked against the cluster's ceilings when the operator loads it).
+fn checking_engine() -> anyhow::Result<PolicyEngine> {
+    Ok(PolicyEngine::new(SandboxLimits {
+        ceiling: Capabilities::everything(),
+        reads: ReadCeiling::everything(),
+        ..tfjob_operator::policy_setup::operator_limits()
+    })?)
+}
+
+/// `--cel FILE`: the document as written under `policy.cel.yaml`, the flags' manifest beside it,
+/// loaded as the operator would load it (every expression compiled in the sandbox).
+fn pack_cel(args: &PackArgs, file: &Path) -> anyhow::Result<String> {
+    let document = std::fs::read_to_string(file)
+        .with_context(|| format!("--cel: reading {}", file.display()))?;
+    let signer = signer(args)?;
+    let mut cm = configmap::pack_cel(&flag_manifest(args)?, &document, &args.namespace).map_err(
+        |e| match e.field.as_str() {
+            "name" => anyhow!("--name {:?}: {}", args.name, e.message),
+            _ => anyhow!("{}: {e}", file.display()),
+        },
+    )?;
+    let trusted = sign(args, &mut cm, signer.as_ref(), document.as_bytes())?;
+    configmap::load_verified(&checking_engine()?, &cm, &trusted).map_err(|e| {
+        anyhow!(
+            "{}: the operator would reject this policy ({} step): {e}",
+            file.display(),
             e.step()
         )
     })?;
@@ -257,7 +329,7 @@ fn referencing(
         .map_err(|e| {
             anyhow!(
                 "{}: the operator would reject this policy ({} step): {e}",
-                args.wasm,
+                args.wasm.as_deref().unwrap_or_default(),
                 e.step()
             )
         })?;

@@ -1,8 +1,8 @@
 //! CEL policies through the CLI a platform team uses: the examples of `deploy/examples/cel`
 //! pass their suites; `gpu-placement` passes one suite as a CEL policy and as a Rust component;
 //! `policy pack --cel` prints a ConfigMap the operator loads, and refuses what it would refuse
-//! with the expression and a caret; `policy new --lang cel` writes a policy that passes the
-//! suite it comes with.
+//! with the expression and a caret (`policy_pack.rs`); `policy new --lang cel` writes a policy
+//! that passes the suite it comes with, packed or not.
 
 mod common;
 
@@ -52,4 +52,39 @@ fn gpu_placement_passes_one_suite_as_cel_and_as_rust() {
         assert!(report.contains("4 passed, 0 failed"), "{report}");
     }
     assert!(cel.contains("cases of gpu-placement@"), "{cel}");
+}
+
+#[test]
+fn a_new_cel_policy_passes_its_own_suite_and_packs() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("team-policy");
+    let mut new = operator();
+    new.args(["policy", "new", "team-policy", "--lang", "cel", "--reads"])
+        .args(["--hooks", "decorate,resources,classify", "--dir"])
+        .arg(&project);
+    let printed = expect_exit_zero(&run(new, None, Duration::from_secs(60)), "policy new");
+    assert!(
+        printed.contains("policy pack --cel policy.cel.yaml --name team-policy"),
+        "{printed}"
+    );
+
+    let report = suite(
+        &project.join("tests/suite.yaml"),
+        Some(&project.join("policy.cel.yaml")),
+    );
+    assert!(report.contains("7 passed, 0 failed"), "{report}");
+    assert!(report.contains("read namespaces ml: 1 object"), "{report}");
+
+    let mut pack = operator();
+    pack.args(["policy", "pack", "--name", "team-policy", "--cel"])
+        .arg(project.join("policy.cel.yaml"));
+    let configmap = expect_exit_zero(&run(pack, None, Duration::from_secs(60)), "policy pack");
+    assert!(
+        configmap.contains("name: tfjob-policy-team-policy"),
+        "{configmap}"
+    );
+    // The packed ConfigMap runs the same suite.
+    let packed = project.join("configmap.yaml");
+    std::fs::write(&packed, &configmap).unwrap();
+    suite(&project.join("tests/suite.yaml"), Some(&packed));
 }

@@ -517,6 +517,89 @@ fn pack_takes_a_signature_made_elsewhere() {
     );
 }
 
+/// A CEL document with one mutation, as a platform team writes it (comments and all).
+const CEL_DOCUMENT: &str = "# GPU pods on GPU nodes\nmutations:\n- patchType: ApplyConfiguration\n  \
+                            applyConfiguration:\n    expression: \"Object{spec: \
+                            Object.spec{nodeSelector: {'gpu': 'true'}}}\"\n";
+
+#[test]
+fn pack_cel_prints_the_document_as_written_beside_the_flags_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let document = write(dir.path(), "gpu.cel.yaml", CEL_DOCUMENT.as_bytes());
+    let out = success(&[
+        "policy", "pack", "--cel", &document, "--name", "gpu", "--order", "7", "--mode", "Shadow",
+    ]);
+    let cm = parse(&out);
+    let data = cm.data.as_ref().unwrap();
+    assert_eq!(data["policy.cel.yaml"], CEL_DOCUMENT);
+    assert_eq!(data["policy.yaml"], "name: gpu\norder: 7\nmode: Shadow\n");
+    assert!(cm.binary_data.is_none());
+    let policy = configmap::load(&engine(), &cm).expect("the operator loads it");
+    assert_eq!(policy.manifest.hooks, vec![Hook::Decorate]);
+    assert_eq!(policy.manifest.mode, PolicyMode::Shadow);
+
+    // Signed, the signature is over the document's text; an operator trusting the key loads it.
+    for (i, (private, public)) in key_pairs("cel").into_iter().enumerate() {
+        let key = write(dir.path(), &format!("key{i}.pem"), private.as_bytes());
+        let trusted = TrustedKeys::from_pem("trusted.pub", &public).unwrap();
+        let cm = parse(&success(&[
+            "policy",
+            "pack",
+            "--cel",
+            &document,
+            "--name",
+            "gpu",
+            "--sign-key",
+            &key,
+        ]));
+        let signature = &cm.data.as_ref().unwrap()["policy.cel.yaml.sig"];
+        let id = trusted.verify(CEL_DOCUMENT.as_bytes(), signature).unwrap();
+        let (_, signed) = configmap::load_verified(&engine(), &cm, &trusted).unwrap();
+        assert_eq!(signed, Signed::By(id));
+    }
+}
+
+#[test]
+fn pack_cel_refuses_what_the_operator_would_reject_with_the_expression_and_a_caret() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = CEL_DOCUMENT.replace("}}}", "}}");
+    let document = write(dir.path(), "broken.cel.yaml", broken.as_bytes());
+    let err = failure(&["policy", "pack", "--cel", &document, "--name", "gpu"]);
+    assert!(
+        err.contains("the operator would reject this policy (document step)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("mutations[0].applyConfiguration.expression"),
+        "{err}"
+    );
+    assert!(
+        err.contains("| Object{spec: Object.spec{nodeSelector: {'gpu': 'true'}}\n"),
+        "{err}"
+    );
+    assert!(err.contains('^'), "{err}");
+
+    let empty = write(dir.path(), "empty.cel.yaml", b"variables: []\n");
+    let err = failure(&["policy", "pack", "--cel", &empty, "--name", "gpu"]);
+    assert!(
+        err.contains("has no mutations, resourceMutations or verdicts"),
+        "{err}"
+    );
+    let document = write(dir.path(), "gpu.cel.yaml", CEL_DOCUMENT.as_bytes());
+    for (flag, value) in [
+        ("--hooks", "decorate"),
+        ("--wasm", "p.wasm"),
+        ("--gzip", ""),
+    ] {
+        let mut args = vec!["policy", "pack", "--cel", &document, "--name", "gpu", flag];
+        if !value.is_empty() {
+            args.push(value);
+        }
+        let err = failure(&args);
+        assert!(err.contains("cannot be used with"), "{flag}: {err}");
+    }
+}
+
 #[test]
 fn pack_refuses_a_key_it_cannot_sign_with() {
     let dir = tempfile::tempdir().unwrap();

@@ -124,7 +124,7 @@ pub enum LoadError {
     Cel(CelSourceError),
     /// The CEL evaluator's `validate-settings` refused the document: an expression that does
     /// not compile (named with a caret under its position), a field it does not know, too many.
-    #[error("data key {CEL_KEY}: {0}")]
+    #[error("data key {CEL_KEY}: {}", .0.message)]
     CelDocument(EvalError),
 }
 
@@ -634,29 +634,27 @@ pub fn pack_cel(
     namespace: &str,
 ) -> Result<ConfigMap, ManifestError> {
     let frame = frame(&manifest.name, namespace)?;
-    let unwritable = |e: serde_json::Error| ManifestError {
+    let unwritable = |e: serde_yaml_ng::Error| ManifestError {
         field: ".".into(),
         message: e.to_string(),
     };
-    let defaults = serde_json::to_value(PolicyManifest::default()).map_err(unwritable)?;
-    let serde_json::Value::Object(mut fields) =
-        serde_json::to_value(manifest).map_err(unwritable)?
+    // YAML values keep the manifest's field order (name first), as `pack` writes it.
+    let defaults = serde_yaml_ng::to_value(PolicyManifest::default()).map_err(unwritable)?;
+    let serde_yaml_ng::Value::Mapping(mut fields) =
+        serde_yaml_ng::to_value(manifest).map_err(unwritable)?
     else {
-        unreachable!("a manifest serialises to an object");
+        unreachable!("a manifest serialises to a mapping");
     };
     // Fields at their default say nothing, and a failurePolicy at its default would contradict
     // one the document sets.
     fields.retain(|field, value| {
-        !matches!(field.as_str(), "hooks" | "settings" | "sha256")
-            && defaults.get(field) != Some(value)
+        let decided = matches!(field.as_str(), Some("hooks" | "settings" | "sha256"));
+        !decided && defaults.get(field) != Some(&*value)
     });
     let mut data = BTreeMap::from([(CEL_KEY.to_owned(), document.to_owned())]);
     data.insert(
         MANIFEST_KEY.into(),
-        serde_yaml_ng::to_string(&fields).map_err(|e| ManifestError {
-            field: ".".into(),
-            message: e.to_string(),
-        })?,
+        serde_yaml_ng::to_string(&fields).map_err(unwritable)?,
     );
     Ok(ConfigMap {
         data: Some(data),

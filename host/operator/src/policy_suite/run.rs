@@ -150,6 +150,7 @@ pub(crate) fn under_test(
                     .to_owned(),
                 manifest: None,
                 default_manifest: false,
+                cel_document: None,
             }
         }
         (None, None) => bail!(
