@@ -8,6 +8,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cel::Value;
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
+use cel::common::value::Val;
 use cel::objects::{Key, Map};
 use serde_json::Value as Json;
 
@@ -32,6 +36,33 @@ pub fn to_cel(json: &Json) -> Value {
                 .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
                 .collect();
             Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// `json` as the CEL value an expression's variable is bound to, borrowing its strings: the
+/// same value as [`to_cel`], without building it twice (a `Value` is converted again when it
+/// is bound) or copying a string.
+pub fn to_val<'v>(json: &'v Json) -> Box<dyn Val + 'v> {
+    match json {
+        Json::Null => Box::new(CelNull),
+        Json::Bool(b) => Box::new(CelBool::from(*b)),
+        Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => Box::new(CelInt::from(i)),
+            (None, Some(u), _) => Box::new(CelUInt::from(u)),
+            (None, None, Some(f)) => Box::new(CelDouble::from(f)),
+            (None, None, None) => Box::new(CelNull),
+        },
+        Json::String(s) => Box::new(CelString::from(s.as_str())),
+        Json::Array(items) => Box::new(CelList::from(items.iter().map(to_val).collect::<Vec<_>>())),
+        Json::Object(fields) => {
+            let mut map = HashMap::with_capacity(fields.len());
+            map.extend(
+                fields
+                    .iter()
+                    .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v))),
+            );
+            Box::new(CelMap::from(map))
         }
     }
 }

@@ -28,7 +28,7 @@ use tfjob_policy_logic::verdict::{FailureKind, Phase};
 
 use crate::apply::{self, Root};
 use crate::compile::{Compiled, CompiledDocument, CompiledMutation};
-use crate::convert::{to_cel, to_json};
+use crate::convert::{to_cel, to_json, to_val};
 use crate::document::PatchType;
 use crate::quantity;
 
@@ -61,11 +61,11 @@ pub struct RuleVerdict {
 impl CompiledDocument {
     /// The pod after the document's mutations.
     pub fn decorate(&self, inputs: &Inputs, pod: Json) -> Result<Json, EvalError> {
-        let base = Bindings::new(inputs, "decorate");
-        let Some(variables) = self.prepare(&base, &pod)? else {
+        let root = self.root(inputs, "decorate", []);
+        let Some(matched) = self.prepare(&root, &pod, self.mutations.first())? else {
             return Ok(pod);
         };
-        self.mutate(&base, &variables, &self.mutations, pod, Root::Pod)
+        self.mutate(&root, matched, &self.mutations, pod, Root::Pod)
     }
 
     /// Container `container`'s requirements after the document's resource mutations.
@@ -75,17 +75,15 @@ impl CompiledDocument {
         container: &str,
         requirements: Json,
     ) -> Result<Json, EvalError> {
-        let mut base = Bindings::new(inputs, "resources");
-        base.extra.push((
-            "containerName",
-            Value::String(Arc::new(container.to_owned())),
-        ));
-        let Some(variables) = self.prepare(&base, &requirements)? else {
+        let container = Value::String(Arc::new(container.to_owned()));
+        let root = self.root(inputs, "resources", [("containerName", container)]);
+        let first = self.resource_mutations.first();
+        let Some(matched) = self.prepare(&root, &requirements, first)? else {
             return Ok(requirements);
         };
         self.mutate(
-            &base,
-            &variables,
+            &root,
+            matched,
             &self.resource_mutations,
             requirements,
             Root::Requirements,
@@ -104,18 +102,17 @@ impl CompiledDocument {
             path: "now".into(),
             message: format!("{now:?} is not an RFC 3339 time: {e}"),
         })?;
-        let mut base = Bindings::new(inputs, "classify");
-        base.extra.push(("now", Value::Timestamp(now)));
-        let Some(variables) = self.prepare(&base, pod)? else {
+        let root = self.root(inputs, "classify", [("now", Value::Timestamp(now))]);
+        let Some(Matched { variables, .. }) = self.prepare(&root, pod, None)? else {
             return Ok(None);
         };
-        let object = to_cel(pod);
+        let scope = with_object(&root, pod);
         for rule in &self.verdicts {
-            if !self.condition(&base, &variables, &object, &rule.condition)? {
+            if !condition(&scope, &variables, &rule.condition)? {
                 continue;
             }
             let message = match &rule.message_expression {
-                Some(expression) => match self.run(&base, &variables, &object, expression)? {
+                Some(expression) => match run(&scope, &variables, expression)? {
                     Value::String(s) => s.as_str().to_owned(),
                     other => return Err(type_error(expression, "a string", &other)),
                 },
@@ -131,16 +128,42 @@ impl CompiledDocument {
         Ok(None)
     }
 
-    /// Checks the match conditions on `object`, then evaluates the variables; none when a
-    /// condition is false.
-    fn prepare(&self, base: &Bindings, object: &Json) -> Result<Option<Value>, EvalError> {
-        let object = to_cel(object);
+    /// The scope of a whole call: the functions, and what every expression of the call sees
+    /// but `object` and `variables`, each converted once.
+    fn root<'v, const N: usize>(
+        &self,
+        inputs: &'v Inputs,
+        hook: &'static str,
+        extra: [(&'static str, Value); N],
+    ) -> Context<'v, 'v> {
+        let mut context = Context::with_env(Arc::clone(&self.env));
+        quantity::add_quantity_functions(&mut context);
+        context.add_variable_as_val("job", to_val(&inputs.job));
+        let namespace_object = inputs.namespace_object.as_ref().map_or(Value::Null, to_cel);
+        context.add_variable_from_value("namespaceObject", namespace_object);
+        context.add_variable_from_value("hook", Value::String(Arc::new(hook.to_owned())));
+        for (name, value) in extra {
+            context.add_variable_from_value(name, value);
+        }
+        context
+    }
+
+    /// Checks the match conditions on `object`, then evaluates the variables and, while the
+    /// object is bound as it is, the `first` mutation's expression; none when a condition is
+    /// false.
+    fn prepare(
+        &self,
+        root: &Context<'_, '_>,
+        object: &Json,
+        first: Option<&CompiledMutation>,
+    ) -> Result<Option<Matched>, EvalError> {
+        let scope = with_object(root, object);
         let mut variables: HashMap<Key, Value> = HashMap::new();
         let empty = Value::Map(Map {
             map: Arc::new(HashMap::new()),
         });
-        for condition in &self.match_conditions {
-            if !self.condition(base, &empty, &object, &condition.expression)? {
+        for condition_ in &self.match_conditions {
+            if !condition(&scope, &empty, &condition_.expression)? {
                 return Ok(None);
             }
         }
@@ -148,31 +171,38 @@ impl CompiledDocument {
             let so_far = Value::Map(Map {
                 map: Arc::new(variables.clone()),
             });
-            let value = self.run(base, &so_far, &object, &variable.expression)?;
+            let value = run(&scope, &so_far, &variable.expression)?;
             variables.insert(Key::String(Arc::new(variable.name.clone())), value);
         }
-        Ok(Some(Value::Map(Map {
+        let variables = Value::Map(Map {
             map: Arc::new(variables),
-        })))
+        });
+        let first = first
+            .map(|m| patch(&scope, &variables, &m.expression))
+            .transpose()?;
+        Ok(Some(Matched { variables, first }))
     }
 
+    /// Applies `mutations` in order; `matched.first` is the first one's patch.
     fn mutate(
         &self,
-        base: &Bindings,
-        variables: &Value,
+        root: &Context<'_, '_>,
+        matched: Matched,
         mutations: &[CompiledMutation],
         mut target: Json,
-        root: Root,
+        patched: Root,
     ) -> Result<Json, EvalError> {
+        let Matched { variables, first } = matched;
+        let mut first = first;
         for mutation in mutations {
             let expression = &mutation.expression;
-            let result = self.run(base, variables, &to_cel(&target), expression)?;
-            let result = to_json(&result).map_err(|message| EvalError {
-                path: expression.path.clone(),
-                message,
-            })?;
+            // Each mutation sees the object as the ones before it left it.
+            let result = match first.take() {
+                Some(result) => result,
+                None => patch(&with_object(root, &target), &variables, expression)?,
+            };
             let applied = match mutation.patch_type {
-                PatchType::ApplyConfiguration => apply::apply(&mut target, &result, root),
+                PatchType::ApplyConfiguration => apply::apply(&mut target, &result, patched),
                 PatchType::JsonPatch => json_patch(&mut target, result),
             };
             applied.map_err(|message| EvalError {
@@ -182,64 +212,46 @@ impl CompiledDocument {
         }
         Ok(target)
     }
+}
 
-    fn condition(
-        &self,
-        base: &Bindings,
-        variables: &Value,
-        object: &Value,
-        expression: &Compiled,
-    ) -> Result<bool, EvalError> {
-        match self.run(base, variables, object, expression)? {
-            Value::Bool(b) => Ok(b),
-            other => Err(type_error(expression, "a bool", &other)),
-        }
-    }
+/// `root` with `object` bound: converted once for every expression that sees it as it is.
+fn with_object<'p, 'v>(root: &'p Context<'p, 'v>, object: &'v Json) -> Context<'p, 'v> {
+    let mut scope = root.new_inner_scope();
+    scope.add_variable_as_val("object", to_val(object));
+    scope
+}
 
-    fn run(
-        &self,
-        base: &Bindings,
-        variables: &Value,
-        object: &Value,
-        expression: &Compiled,
-    ) -> Result<Value, EvalError> {
-        let mut context = Context::with_env(Arc::clone(&self.env));
-        quantity::add_quantity_functions(&mut context);
-        context.add_variable_from_value("object", object.clone());
-        context.add_variable_from_value("variables", variables.clone());
-        context.add_variable_from_value("job", base.job.clone());
-        context.add_variable_from_value("namespaceObject", base.namespace_object.clone());
-        context.add_variable_from_value("hook", Value::String(Arc::new(base.hook.to_owned())));
-        for (name, value) in &base.extra {
-            context.add_variable_from_value(*name, value.clone());
-        }
-        expression.program.execute(&context).map_err(|e| EvalError {
-            path: expression.path.clone(),
-            message: e.to_string(),
-        })
+/// A mutation's expression evaluated to its patch (an apply configuration or a JSON patch).
+fn patch(scope: &Context, variables: &Value, expression: &Compiled) -> Result<Json, EvalError> {
+    let result = run(scope, variables, expression)?;
+    to_json(&result).map_err(|message| EvalError {
+        path: expression.path.clone(),
+        message,
+    })
+}
+
+/// What holds once the match conditions did: the variables, and the first mutation's patch.
+struct Matched {
+    variables: Value,
+    first: Option<Json>,
+}
+
+fn condition(scope: &Context, variables: &Value, expression: &Compiled) -> Result<bool, EvalError> {
+    match run(scope, variables, expression)? {
+        Value::Bool(b) => Ok(b),
+        other => Err(type_error(expression, "a bool", &other)),
     }
 }
 
-/// The variables every expression of a call sees but `object` and `variables`.
-struct Bindings {
-    job: Value,
-    namespace_object: Value,
-    hook: &'static str,
-    extra: Vec<(&'static str, Value)>,
+fn run(scope: &Context, variables: &Value, expression: &Compiled) -> Result<Value, EvalError> {
+    let mut context = scope.new_inner_scope();
+    context.add_variable_from_value("variables", variables.clone());
+    expression.program.execute(&context).map_err(|e| EvalError {
+        path: expression.path.clone(),
+        message: e.to_string(),
+    })
 }
 
-impl Bindings {
-    fn new(inputs: &Inputs, hook: &'static str) -> Bindings {
-        Bindings {
-            job: to_cel(&inputs.job),
-            namespace_object: inputs.namespace_object.as_ref().map_or(Value::Null, to_cel),
-            hook,
-            extra: Vec::new(),
-        }
-    }
-}
-
-/// Applies a JSON patch (RFC 6902) the expression returned.
 fn json_patch(target: &mut Json, patch: Json) -> Result<(), String> {
     if !patch.is_array() {
         return Err(format!(
