@@ -25,8 +25,9 @@
 //!
 //! Differences from the upstream type: no `matchConstraints`, bindings or `paramKind` (the
 //! operator already knows the object is a TFJob pod, and the manifest's `selector` chooses the
-//! jobs); `failurePolicy` and `reinvocationPolicy` are not here (the manifest's `failurePolicy`
-//! applies, and each hook runs once); `resourceMutations` and `verdicts` are this operator's.
+//! jobs); no `reinvocationPolicy` (each hook runs once); `failurePolicy`, which a ConfigMap's
+//! document may carry as upstream's does, is taken into the policy's manifest by the operator
+//! and never reaches the evaluator; `resourceMutations` and `verdicts` are this operator's.
 //! Unknown fields are refused, naming the field, so a misspelt key never silently does nothing.
 
 use serde::Deserialize;

@@ -11,6 +11,10 @@
 //! - first decision: until a pod created by the operator carries the new label (bounded below
 //!   by the 100 ms between steady jobs).
 //!
+//! With `TFJOB_SWAP_POLICY=cel`, each round is a new version of a CEL policy ConfigMap instead
+//! (a document labelling pods `policy-version: vN`): nothing new to compile but the version's
+//! pre-initialised copy of the evaluator, whose code is the same for every CEL policy.
+//!
 //! `cargo bench -p tfjob-operator --bench policy_swap` (`TFJOB_SWAP_ROUNDS`, default 40).
 
 use std::sync::Arc;
@@ -24,7 +28,7 @@ use tfjob_cluster::Store;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_operator::policy_setup::Policies;
 use tfjob_policy_engine::configmap::{self, PolicyState, PolicyStatus};
-use tfjob_policy_engine::{SandboxLimits, defaults};
+use tfjob_policy_engine::{PolicyManifest, defaults};
 
 const POLICY_NS: &str = "tfjob-system";
 const JOBS_NS: &str = "steady";
@@ -55,14 +59,38 @@ fn with_round(wasm: &[u8], round: usize) -> Vec<u8> {
     out
 }
 
-fn policy_configmap(round: usize) -> (ConfigMap, String) {
-    let d = defaults::find("default-decorate").expect("the default decorate policy");
-    let mut manifest = defaults::manifest(d);
-    manifest.settings["defaultLabels"] = json!({"policy-version": format!("v{round}")});
-    let wasm = with_round(d.wasm, round);
-    let cm = configmap::pack(manifest, &wasm, POLICY_NS, true).expect("packs");
-    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm));
-    (cm, digest)
+/// What each round's ConfigMap carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The default decoration module, recompiled every round.
+    Module,
+    /// A CEL document.
+    Cel,
+}
+
+fn policy_configmap(kind: Kind, round: usize) -> ConfigMap {
+    let version = format!("v{round}");
+    match kind {
+        Kind::Module => {
+            let d = defaults::find("default-decorate").expect("the default decorate policy");
+            let mut manifest = defaults::manifest(d);
+            manifest.settings["defaultLabels"] = json!({"policy-version": version});
+            let wasm = with_round(d.wasm, round);
+            configmap::pack(manifest, &wasm, POLICY_NS, true).expect("packs")
+        }
+        Kind::Cel => {
+            let manifest = PolicyManifest {
+                name: "cel-swap".into(),
+                ..PolicyManifest::default()
+            };
+            let document = format!(
+                "mutations:\n- patchType: ApplyConfiguration\n  applyConfiguration:\n    \
+                 expression: \"Object{{metadata: Object.metadata{{labels: {{'policy-version': \
+                 '{version}'}}}}}}\"\n"
+            );
+            configmap::pack_cel(&manifest, &document, POLICY_NS).expect("packs")
+        }
+    }
 }
 
 fn steady_job(i: usize) -> Value {
@@ -77,16 +105,17 @@ fn steady_job(i: usize) -> Value {
     })
 }
 
-fn active_digest(store: &Store, name: &str) -> Option<String> {
+/// The version of the ConfigMap its `Active` status is about.
+fn active_version(store: &Store, name: &str) -> Option<String> {
     let t = store.resource("", "configmaps")?;
     let cm = store.get(&t, Some(POLICY_NS), name).ok()?;
     let cm = ConfigMap::deserialize(&*cm).ok()?;
     match PolicyStatus::of(&cm)? {
         Ok(PolicyStatus {
             state: PolicyState::Active,
-            digest,
+            resource_version,
             ..
-        }) => digest,
+        }) => resource_version,
         _ => None,
     }
 }
@@ -128,7 +157,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let policies = Arc::new(Policies::load(&Default::default(), SandboxLimits::default()).unwrap());
+    let kind = match std::env::var("TFJOB_SWAP_POLICY").as_deref() {
+        Ok("cel") => Kind::Cel,
+        _ => Kind::Module,
+    };
+    // The operator's own limits: the CEL evaluator's pre-initialised copy is larger than the
+    // library's default module limit.
+    let policies = Arc::new(
+        Policies::load(
+            &Default::default(),
+            tfjob_operator::policy_setup::operator_limits(),
+        )
+        .unwrap(),
+    );
     let mut options = ClusterOptions::new(policies);
     options.kubelet.nodes = 20;
     options.kubelet.cpu = "1000".into();
@@ -153,7 +194,7 @@ fn main() {
         })
     };
 
-    let (first, _) = policy_configmap(0);
+    let first = policy_configmap(kind, 0);
     let name = first.metadata.name.clone().unwrap();
     let module_kib = first
         .binary_data
@@ -167,29 +208,38 @@ fn main() {
             serde_json::to_value(&first).unwrap(),
         )
         .unwrap();
-    println!(
-        "policy module: {} KiB ({module_kib} KiB gzip in the ConfigMap)",
-        defaults::find("default-decorate").unwrap().wasm.len() / 1024
-    );
+    match kind {
+        Kind::Module => println!(
+            "policy module: {} KiB ({module_kib} KiB gzip in the ConfigMap)",
+            defaults::find("default-decorate").unwrap().wasm.len() / 1024
+        ),
+        Kind::Cel => println!(
+            "CEL policy: the evaluator ({} KiB) runs a document of one mutation",
+            defaults::CEL_POLICY_WASM.len() / 1024
+        ),
+    }
     let mut activation = Vec::new();
     let mut decision = Vec::new();
     for round in 1..=rounds {
-        let (cm, digest) = policy_configmap(round);
+        let cm = policy_configmap(kind, round);
         let version = format!("v{round}");
         let mut value = serde_json::to_value(&cm).unwrap();
         let current = store.get(&configmaps, Some(POLICY_NS), &name).unwrap();
         value["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         let started = Instant::now();
-        store
+        let replaced = store
             .replace(&configmaps, Some(POLICY_NS), &name, value, Part::Whole)
             .unwrap();
+        let written = replaced["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned);
         let (mut active, mut decided) = (None, None);
         while active.is_none() || decided.is_none() {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "round {round}: the new version never served"
             );
-            if active.is_none() && active_digest(&store, &name).as_deref() == Some(&digest) {
+            if active.is_none() && active_version(&store, &name) == written {
                 active = Some(started.elapsed());
             }
             if decided.is_none() && labelled_pod_exists(&store, &version) {
@@ -203,7 +253,10 @@ fn main() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let submitted = steady.join().unwrap();
     println!("steady jobs submitted meanwhile: {submitted}");
-    report("activation (status Active with the new digest)", activation);
+    report(
+        "activation (status Active about the new version)",
+        activation,
+    );
     report("first decision by the new version", decision);
     drop(cluster);
     drop(runtime);

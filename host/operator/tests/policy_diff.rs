@@ -1,5 +1,5 @@
 //! `policy diff` against the embedded cluster: jobs running under the default policies, and a
-//! candidate that adds a label and classifies differently. The diff must list exactly those
+//! candidate that adds a label and classifies differently (a module, and a CEL ConfigMap). The diff must list exactly those
 //! changes, per job and pod, and leave every object of the cluster as it was.
 
 mod common;
@@ -45,19 +45,15 @@ fn diff(c: &Cluster, args: &[&str]) -> (i32, String, String) {
 /// The JSON report of `policy diff` of the candidate `wasm` under `manifest` in namespace
 /// [`NS`], which must succeed.
 fn json_report(c: &Cluster, wasm: &str, manifest: &str) -> Value {
-    let (code, out, err) = diff(
-        c,
-        &[
-            "--policy",
-            wasm,
-            "--manifest",
-            manifest,
-            "-n",
-            NS,
-            "-o",
-            "json",
-        ],
-    );
+    report_of(c, &["--policy", wasm, "--manifest", manifest])
+}
+
+/// The JSON report of `policy diff` of the candidate `candidate` names (flags) in namespace
+/// [`NS`], which must succeed.
+fn report_of(c: &Cluster, candidate: &[&str]) -> Value {
+    let mut args = candidate.to_vec();
+    args.extend(["-n", NS, "-o", "json"]);
+    let (code, out, err) = diff(c, &args);
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -123,21 +119,7 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         json!({"mode": "edit", "path": "/metadata/labels/cost-center", "value": "cc-42",
                "phase": "retryable-failure"}),
     );
-    let (code, out, err) = diff(
-        &c,
-        &[
-            "--policy",
-            &wasm,
-            "--manifest",
-            &manifest,
-            "-n",
-            NS,
-            "-o",
-            "json",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let report = json_report(&c, &wasm, &manifest);
     assert_eq!(
         report["summary"],
         json!({"jobsSelected": 1, "jobsChanged": 1, "podsChanged": 2, "verdictsChanged": 2,
@@ -225,6 +207,33 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         pod["reads"][0],
         Value::Null,
         "the current set reads nothing"
+    );
+    assert_eq!(
+        pod["reads"][1][0]["reads"],
+        json!([{"resource": "namespaces", "what": NS, "objects": 1, "resourceVersion": version}]),
+        "{pod:#}"
+    );
+
+    // A CEL candidate, in the ConfigMap `policy pack --cel` prints: the Namespace's cost center
+    // on the pods of the selected job, read from the live cluster.
+    let document = "mutations:\n- patchType: ApplyConfiguration\n  applyConfiguration:\n    \
+                    expression: \"Object{metadata: Object.metadata{labels: {'cost-center': \
+                    namespaceObject.metadata.labels['cost-center']}}}\"\n";
+    let manifest = tfjob_policy_engine::PolicyManifest {
+        name: "cel-what-if".into(),
+        selector: serde_json::from_value(json!({"matchLabels": {"team": "vision"}})).unwrap(),
+        ..Default::default()
+    };
+    let cm = tfjob_policy_engine::configmap::pack_cel(&manifest, document, "tfjob-system").unwrap();
+    let file = c.dir.path().join("cel-what-if.yaml");
+    std::fs::write(&file, tfjob_policy_engine::configmap::to_yaml(&cm)).unwrap();
+    let report = report_of(&c, &["--configmap", file.to_str().unwrap()]);
+    assert_eq!(report["summary"]["podsChanged"], 2, "{report:#}");
+    let pod = &report["jobs"][0]["pods"][0];
+    assert_eq!(
+        pod["fields"],
+        json!([{"path": "metadata.labels.cost-center", "current": null, "candidate": "cc-7"}]),
+        "{pod:#}"
     );
     assert_eq!(
         pod["reads"][1][0]["reads"],

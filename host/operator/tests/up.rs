@@ -341,7 +341,13 @@ fn cel_status(up: &Up, resource_version: &str) -> serde_json::Value {
 /// annotation makes the next one).
 fn apply_configmap(up: &Up, configmap: &str) -> String {
     up.kubectl_with(
-        &["apply", "-f", "-", "-o", "jsonpath={.metadata.resourceVersion}"],
+        &[
+            "apply",
+            "-f",
+            "-",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
         Some(configmap),
     )
 }

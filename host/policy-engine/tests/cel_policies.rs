@@ -159,6 +159,18 @@ fn hostile_documents_end_with_their_category_and_the_engine_serves_on() {
             "at most 256",
         ),
         (
+            "multi-byte text where an expression stops compiling",
+            json!({"variables": [{"name": "greeting", "expression": "'日本語のラベル' + 'ü' +"}]}),
+            Category::Settings,
+            "| '日本語のラベル' + 'ü' +",
+        ),
+        (
+            "a multi-byte variable name",
+            json!({"variables": [{"name": "grüße", "expression": "1"}]}),
+            Category::Settings,
+            "\"grüße\" is not a CEL identifier",
+        ),
+        (
             "five thousand nested lists",
             json!({"variables": [{"name": "deep", "expression": deep}]}),
             Category::Settings,
