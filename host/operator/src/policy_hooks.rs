@@ -105,10 +105,17 @@ pub(crate) fn is_cel_file(path: &Path) -> bool {
 pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource> {
     let at = || format!("{flag}: {}", path.display());
     let text = std::fs::read_to_string(path).with_context(|| format!("{}: reading", at()))?;
-    let is_configmap = serde_yaml_ng::from_str::<Value>(&text)
+    let kind = serde_yaml_ng::from_str::<Value>(&text)
         .ok()
-        .is_some_and(|v| v.get("kind").and_then(Value::as_str) == Some("ConfigMap"));
-    let (manifest, document) = if is_configmap {
+        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned));
+    if let Some(kind) = kind.as_deref().filter(|k| *k != "ConfigMap") {
+        return Err(anyhow!(
+            "{}: a {kind}, not a policy: give a component (.wasm), a CEL document \
+             (matchConditions, variables, mutations, ...) or its ConfigMap",
+            at()
+        ));
+    }
+    let (manifest, document) = if kind.is_some() {
         let cm: ConfigMap =
             serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a ConfigMap", at()))?;
         let source = configmap::read_configmap(&cm).map_err(|e| anyhow!("{}: {e}", at()))?;

@@ -521,8 +521,9 @@ fn a_suite_that_cannot_run_exits_2_naming_the_file_and_the_field() {
         dir.path(),
         "policy: worker.yaml\nhook: decorate\ncases:\n- name: c\n  input: {pod: worker.yaml}\n  expect: {fields: {}}\n",
     );
+    // A YAML file is read as a CEL policy; a pod is not one.
     assert!(
-        err.contains("policy worker: the module does not load"),
+        err.contains("worker.yaml: a Pod, not a policy: give a component (.wasm), a CEL document"),
         "{err}"
     );
     // Arguments of a single test do not mix with a suite.

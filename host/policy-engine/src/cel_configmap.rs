@@ -81,7 +81,7 @@ pub struct CelSource {
 /// Reads a CEL policy: `document` (the text under [`CEL_KEY`]), `manifest` (under
 /// `policy.yaml`, if any) and `signature` (under [`CEL_SIGNATURE_KEY`], if any), checked
 /// against `keys` first when there are any. `default_name` names a policy whose manifest does
-/// not. `signature_misplaced` says a signature was found under `binaryData`, for the hint.
+/// not.
 pub fn read(
     document: &str,
     manifest: Option<&str>,
