@@ -14,14 +14,18 @@
 //! holds, or the match conditions do not, the pod is classified as the default classification
 //! does with its default settings). The job's Namespace is read, through the contract's
 //! `cluster` import, only when an expression names `namespaceObject` (the manifest declares
-//! `reads: [{resource: namespaces}]`). An expression that fails fails the call, naming it.
+//! `reads: [{resource: namespaces}]`); `resource.Get` and `resource.List` read what else the
+//! manifest declares, through the same import. An expression that fails fails the call,
+//! naming it.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tfjob_policy_cel::compile::{CompileError, CompiledDocument, compile};
 use tfjob_policy_cel::document::CelDocument;
 use tfjob_policy_cel::evaluate::{EvalError, Inputs};
+use tfjob_policy_cel::reads::ClusterReader;
 use tfjob_policy_sdk::logic::classify::{ClassifySettings, classify_pod};
 use tfjob_policy_sdk::logic::verdict::Classification;
 use tfjob_policy_sdk::serde_json::{self, Value, json};
@@ -163,7 +167,33 @@ fn inputs(ctx: &JobContext, compiled: &CompiledDocument) -> Result<Inputs, Polic
     Ok(Inputs {
         job,
         namespace_object,
+        reader: Arc::new(Cluster),
     })
+}
+
+/// `resource.Get` and `resource.List` over the contract's `cluster` import.
+struct Cluster;
+
+impl ClusterReader for Cluster {
+    fn get(&self, resource: &str, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+        let got =
+            cluster::get(resource, namespace, name).map_err(|e| cluster::message(&e).to_owned())?;
+        got.object
+            .map(|text| serde_json::from_str(&text).map_err(|e| format!("{resource}/{name}: {e}")))
+            .transpose()
+    }
+
+    fn list(&self, resource: &str, namespace: &str, selector: &str) -> Result<Vec<Value>, String> {
+        // Every match: past what one answer holds the read fails `too-large`, which is better
+        // than an expression deciding on the first page as if it were all.
+        let listed = cluster::list(resource, namespace, selector, 0)
+            .map_err(|e| cluster::message(&e).to_owned())?;
+        listed
+            .items
+            .iter()
+            .map(|text| serde_json::from_str(text).map_err(|e| format!("{resource}: {e}")))
+            .collect()
+    }
 }
 
 fn failed(e: EvalError) -> PolicyError {

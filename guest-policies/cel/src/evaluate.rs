@@ -7,6 +7,9 @@
 //!   `annotations`, `replicaType`, `replicaIndex`, `replicaCount`, `attempt`);
 //! - `namespaceObject`: the job's Namespace when the policy reads it (declared `reads`), else
 //!   null;
+//! - `resource.Get(apiVersion, resource, namespace, name)` and `resource.List(apiVersion,
+//!   resource, namespace[, labels])`: the objects the policy declares it reads
+//!   ([`crate::reads`]);
 //! - `hook` (`decorate`, `resources` or `classify`), `containerName` (resources) and `now`
 //!   (classify, a timestamp: `now - timestamp(c.lastTransitionTime) > duration('10m')`);
 //! - `variables.NAME`: the document's variables, evaluated in order after the match conditions,
@@ -30,15 +33,51 @@ use crate::apply::{self, Root};
 use crate::compile::{Compiled, CompiledDocument, CompiledMutation};
 use crate::convert::{to_cel, to_json, to_val};
 use crate::document::PatchType;
-use crate::quantity;
+use crate::reads::{self, ClusterReader};
+use crate::{lists, quantity};
 
 /// What a call knows besides its object.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct Inputs {
     /// The `job` variable (see the module documentation).
     pub job: Json,
     /// The job's Namespace, when the policy read it.
     pub namespace_object: Option<Json>,
+    /// What `resource.Get` and `resource.List` ask.
+    pub reader: Arc<dyn ClusterReader>,
+}
+
+impl Default for Inputs {
+    fn default() -> Inputs {
+        Inputs {
+            job: Json::Null,
+            namespace_object: None,
+            reader: Arc::new(NoReads),
+        }
+    }
+}
+
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inputs")
+            .field("job", &self.job)
+            .field("namespace_object", &self.namespace_object)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The reader of a call that can read nothing (a test's, a suite's without fixtures).
+#[derive(Debug)]
+pub struct NoReads;
+
+impl ClusterReader for NoReads {
+    fn get(&self, resource: &str, _: &str, _: &str) -> Result<Option<Json>, String> {
+        Err(format!("this call reads no {resource}"))
+    }
+
+    fn list(&self, resource: &str, _: &str, _: &str) -> Result<Vec<Json>, String> {
+        Err(format!("this call reads no {resource}"))
+    }
 }
 
 /// Why a call failed: the expression, and what went wrong.
@@ -138,6 +177,8 @@ impl CompiledDocument {
     ) -> Context<'v, 'v> {
         let mut context = Context::with_env(Arc::clone(&self.env));
         quantity::add_quantity_functions(&mut context);
+        lists::add_list_functions(&mut context);
+        reads::add_resource_functions(&mut context, Arc::clone(&inputs.reader));
         context.add_variable_as_val("job", to_val(&inputs.job));
         let namespace_object = inputs.namespace_object.as_ref().map_or(Value::Null, to_cel);
         context.add_variable_from_value("namespaceObject", namespace_object);
@@ -288,6 +329,7 @@ mod tests {
             namespace_object: Some(
                 json!({"metadata": {"name": "vision", "labels": {"cost-center": "cc-7"}}}),
             ),
+            ..Inputs::default()
         }
     }
 

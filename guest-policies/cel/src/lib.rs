@@ -14,6 +14,9 @@
 //! - [`library`]: the environment expressions run in (CEL's standard library, the strings
 //!   extension) and the struct types `Object{...}` and `JSONPatch{...}` construct;
 //! - [`quantity`]: Kubernetes' `quantity()` library;
+//! - [`lists`]: Kubernetes' lists library (`sum()`, `min()`, `max()`, `isSorted()`);
+//! - [`reads`]: Kyverno's `resource.Get` and `resource.List`, answered by the cluster reads
+//!   the policy declares;
 //! - [`convert`]: JSON to CEL values and back;
 //! - [`apply`]: an `ApplyConfiguration` merged into the pod as server-side apply merges;
 //! - [`evaluate`]: a call, from the compiled document and the call's inputs to the new pod,
@@ -25,4 +28,6 @@ pub mod convert;
 pub mod document;
 pub mod evaluate;
 pub mod library;
+pub mod lists;
 pub mod quantity;
+pub mod reads;

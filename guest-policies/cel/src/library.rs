@@ -1,8 +1,11 @@
 //! What a CEL policy's expressions may use beyond the language: CEL's standard library with
 //! its macros (`has`, `all`, `exists`, `exists_one`, `map`, `filter`) and optional fields
 //! (`a.?b.orValue(c)`), the strings extension (`lowerAscii`, `split`, `join`, `format`, ...),
-//! regular expressions (`matches`), Kubernetes' quantity library ([`crate::quantity`]), and the
-//! struct literals a mutation returns. Not offered: Kubernetes' `url`, `ip`/`cidr` and `authz`
+//! the lists extension (`distinct`, `flatten`, `reverse`, `slice`, `sort`, `sortBy`,
+//! `lists.range`), the math extension (`math.greatest`, `math.least`, `math.ceil`, ...),
+//! regular expressions (`matches`), Kubernetes' quantity and lists libraries
+//! ([`crate::quantity`], [`crate::lists`]), Kyverno's resource library ([`crate::reads`]), and
+//! the struct literals a mutation returns. Not offered: Kubernetes' `url`, `ip`/`cidr` and `authz`
 //! libraries, and type checking before a call (a misspelt field is an error when the expression
 //! runs, with the expression named).
 //!
@@ -39,6 +42,10 @@ fn base() -> Env {
     let mut env = Env::stdlib();
     env.add_extension(cel::extensions::strings)
         .expect("the strings extension declares no function twice");
+    env.add_extension(cel::extensions::lists)
+        .expect("the lists extension declares no function of the strings extension");
+    env.add_extension(cel::extensions::math)
+        .expect("the math extension declares no function of the others");
     env
 }
 

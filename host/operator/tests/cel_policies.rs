@@ -27,7 +27,16 @@ fn suite(suite: &Path, policy: Option<&Path>) -> String {
 
 #[test]
 fn the_cel_examples_pass_their_suites() {
-    for name in ["namespace-labels", "memory-defaults", "failure-classes"] {
+    let mut names: Vec<String> = std::fs::read_dir(repo("deploy/examples/cel"))
+        .expect("the CEL examples")
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".suite.yaml").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    assert!(names.contains(&"never-schedulable".to_owned()), "{names:?}");
+    for name in &names {
         let report = suite(
             &repo(&format!("deploy/examples/cel/{name}.suite.yaml")),
             None,

@@ -63,6 +63,13 @@ pub fn cel_policy_digest() -> &'static str {
     &DIGEST
 }
 
+/// Whether `wasm` is one of the components built into the operator (the defaults and the CEL
+/// evaluator): the operator's own code, which the module size bound, set for what policy
+/// authors ship, does not apply to.
+pub fn is_builtin(wasm: &[u8]) -> bool {
+    wasm == CEL_POLICY_WASM || DEFAULTS.iter().any(|d| d.wasm == wasm)
+}
+
 /// The default policy of that name.
 pub fn find(name: &str) -> Option<&'static DefaultPolicy> {
     DEFAULTS.iter().find(|d| d.name == name)

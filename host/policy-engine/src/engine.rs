@@ -448,10 +448,11 @@ impl PolicyEngine {
 
     /// Compiles and links a component, once per content digest: concurrent calls with the same
     /// bytes wait for one compilation and share its result. Fails with category `link` when the
-    /// bytes are not a component, are too large, or import something the sandbox does not
-    /// provide.
+    /// bytes are not a component, are too large (but for the operator's built-in components),
+    /// or import something the sandbox does not provide.
     pub fn compile(&self, wasm: &[u8]) -> Result<Arc<CompiledPolicy>, EvalError> {
-        if wasm.len() > self.limits.max_module {
+        // Compared only past the bound, where a built-in component is the one exception.
+        if wasm.len() > self.limits.max_module && !crate::defaults::is_builtin(wasm) {
             return Err(EvalError::new(
                 Category::Link,
                 format!(

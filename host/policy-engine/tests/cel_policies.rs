@@ -184,15 +184,9 @@ fn hostile_documents_end_with_their_category_and_the_engine_serves_on() {
     }
 }
 
-#[test]
-fn a_document_naming_the_namespace_reads_it_and_one_that_does_not_reads_nothing() {
-    let namespace = json!({"metadata": {"name": "vision", "labels": {"cost-center": "cc-7"}, "resourceVersion": "3"}});
-    let cache = Arc::new(ClusterCache::of([ResourceCache::of(
-        Resource::Namespaces,
-        100,
-        [namespace],
-    )]));
-    let reader = |declared: &[&str]| Reader {
+/// A reader of `cache` granted the `declared` cluster-scoped resources, for a job of `vision`.
+fn reader(cache: &Arc<ClusterCache>, declared: &[&str]) -> Reader {
+    Reader {
         grants: ReadCeiling::default()
             .grant(
                 &declared
@@ -209,10 +203,21 @@ fn a_document_naming_the_namespace_reads_it_and_one_that_does_not_reads_nothing(
         job_namespace: "vision".into(),
         job_name: "mnist".into(),
         policy_namespace: None,
-        cache: Arc::clone(&cache),
+        cache: Arc::clone(cache),
         bounds: ReadBounds::default(),
         journal: None,
-    };
+    }
+}
+
+#[test]
+fn a_document_naming_the_namespace_reads_it_and_one_that_does_not_reads_nothing() {
+    let namespace = json!({"metadata": {"name": "vision", "labels": {"cost-center": "cc-7"}, "resourceVersion": "3"}});
+    let cache = Arc::new(ClusterCache::of([ResourceCache::of(
+        Resource::Namespaces,
+        100,
+        [namespace],
+    )]));
+    let reader = |declared: &[&str]| reader(&cache, declared);
     let reading = json!({"mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
         "Object{metadata: Object.metadata{labels: {'cost-center': namespaceObject.metadata.labels['cost-center']}}}"}}]})
     .to_string();
@@ -283,4 +288,135 @@ fn resources_and_classification_follow_their_parts_of_the_document() {
         .classify(&cel(), "cel", &ctx(), &document, &running.to_string(), now)
         .unwrap();
     assert_eq!(verdict.reason, "", "{verdict:?}");
+}
+
+/// Nodes of pool `gpu` with `gpus` allocatable each, and one CPU node.
+fn nodes(gpus: &[u32]) -> Arc<ClusterCache> {
+    let mut objects: Vec<Value> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"metadata": {"name": format!("gpu-{i}"), "labels": {"pool": "gpu"}, "resourceVersion": "5"},
+                   "status": {"allocatable": {"cpu": "32", "nvidia.com/gpu": n.to_string()}}})
+        })
+        .collect();
+    objects.push(
+        json!({"metadata": {"name": "cpu-0", "labels": {"pool": "cpu"}, "resourceVersion": "5"},
+                        "status": {"allocatable": {"cpu": "64"}}}),
+    );
+    Arc::new(ClusterCache::of([ResourceCache::of(
+        Resource::Nodes,
+        10_000,
+        objects,
+    )]))
+}
+
+/// The policy a pod sees of nodes, in CEL: a job whose pod asks for more GPUs than any node of
+/// the GPU pool has can never be scheduled, so it fails at once instead of pending forever.
+const NEVER_SCHEDULABLE: &str = r#"{
+  "variables": [
+    {"name": "wanted", "expression": "object.spec.containers.map(c, quantity(c.?resources.?limits[?'nvidia.com/gpu'].orValue('0')).asInteger()).sum()"},
+    {"name": "largest", "expression": "resource.List('v1', 'nodes', '', {'pool': 'gpu'}).items.map(n, quantity(n.status.allocatable[?'nvidia.com/gpu'].orValue('0')).asInteger()).max()"}
+  ],
+  "verdicts": [{
+    "condition": "object.status.conditions.exists(c, c.type == 'PodScheduled' && c.reason == 'Unschedulable') && variables.wanted > variables.largest",
+    "phase": "permanent-failure", "reason": "NeverSchedulable",
+    "messageExpression": "'asks for ' + string(variables.wanted) + ' GPUs; the largest node has ' + string(variables.largest)"
+  }]
+}"#;
+
+#[test]
+fn a_verdict_reads_the_nodes_and_fails_a_pod_no_node_can_hold() {
+    let document = NEVER_SCHEDULABLE;
+    engine().validate_settings(&cel(), "cel", document).unwrap();
+    let pending = |gpus: u32| {
+        let mut pod = gpu_pod();
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+            json!(gpus.to_string());
+        pod["status"] = json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+        pod.to_string()
+    };
+    let now = "2026-01-01T00:00:00Z";
+    let classify = |cache: &Arc<ClusterCache>, granted: &[&str], gpus: u32| {
+        engine()
+            .at_maximum()
+            .reading(reader(cache, granted))
+            .classify(&cel(), "cel", &ctx(), document, &pending(gpus), now)
+    };
+    let cluster = nodes(&[4, 8]);
+    let verdict = classify(&cluster, &["nodes"], 16).unwrap();
+    assert_eq!(verdict.reason, "NeverSchedulable", "{verdict:?}");
+    assert_eq!(verdict.message, "asks for 16 GPUs; the largest node has 8");
+    // A pod some node can hold waits as the default classification says.
+    let verdict = classify(&cluster, &["nodes"], 8).unwrap();
+    assert_ne!(verdict.reason, "NeverSchedulable", "{verdict:?}");
+    // Undeclared, the read is refused and the call ends with the read's category.
+    let err = classify(&cluster, &["namespaces"], 16).unwrap_err();
+    assert_eq!(err.category, Category::ReadDenied, "{err}");
+    others_are_served();
+}
+
+#[test]
+fn a_decoration_places_pods_by_what_the_nodes_hold_and_a_wrong_version_is_named() {
+    let document = json!({
+        "variables": [{"name": "pools", "expression":
+            "resource.List('v1', 'nodes', '').items.map(n, n.metadata.labels.pool)"}],
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+            "'gpu' in variables.pools ? Object{spec: Object.spec{nodeSelector: {'pool': 'gpu'}}} : Object{}"}}]
+    })
+    .to_string();
+    let call = |settings: &str| {
+        engine().validate_settings(&cel(), "cel", settings)?;
+        engine()
+            .at_maximum()
+            .reading(reader(&nodes(&[8]), &["nodes"]))
+            .decorate(&cel(), "cel", &ctx(), settings, &gpu_pod().to_string())
+    };
+    let out: Value = serde_json::from_str(&call(&document).unwrap()).unwrap();
+    assert_eq!(out["spec"]["nodeSelector"], json!({"pool": "gpu"}));
+    let wrong = document.replace("'v1', 'nodes'", "'v1beta1', 'nodes'");
+    let err = call(&wrong).unwrap_err();
+    assert!(
+        err.message.contains("variables[0].expression")
+            && err
+                .message
+                .contains("nodes are read at apiVersion \"v1\", not \"v1beta1\""),
+        "{err}"
+    );
+    others_are_served();
+}
+
+#[test]
+fn reads_past_the_bounds_of_a_call_end_it_with_read_limit() {
+    let many: Vec<u32> = vec![8; 1_500];
+    let cluster = nodes(&many);
+    let call = |expression: &str| {
+        let document = json!({"variables": [{"name": "x", "expression": expression}],
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{metadata: Object.metadata{labels: {'n': string(variables.x)}}}"}}]})
+        .to_string();
+        engine().validate_settings(&cel(), "cel", &document)?;
+        engine()
+            .at_maximum()
+            .reading(reader(&cluster, &["nodes"]))
+            .decorate(&cel(), "cel", &ctx(), &document, &gpu_pod().to_string())
+    };
+    let cases = [
+        // One answer of more objects than one read may return.
+        "resource.List('v1', 'nodes', '').items.size()",
+        // More distinct reads than one call may make.
+        "lists.range(100).filter(i, resource.Get('v1', 'nodes', '', 'gpu-' + string(i)) != null).size()",
+    ];
+    for expression in cases {
+        let err = call(expression).unwrap_err();
+        assert_eq!(err.category, Category::ReadLimit, "{expression}: {err}");
+    }
+    // Within the bounds, the same reads answer.
+    let out: Value = serde_json::from_str(
+        &call("lists.range(10).filter(i, resource.Get('v1', 'nodes', '', 'gpu-' + string(i)) != null).size()").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(out["metadata"]["labels"]["n"], "10");
+    others_are_served();
 }

@@ -350,3 +350,23 @@ fn over_cap_note(cache: &ResourceCache) -> String {
 fn to_json(object: DynamicObject) -> serde_json::Value {
     serde_json::to_value(object).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfjob_policy_engine::cluster_reads::RESOURCES;
+
+    /// CEL's `resource.Get(apiVersion, ...)` refuses a version other than the one read here.
+    #[test]
+    fn cel_reads_each_resource_at_the_version_the_caches_watch() {
+        for resource in RESOURCES {
+            let api = api_resource(resource);
+            assert_eq!(
+                tfjob_policy_cel::reads::api_version(resource.name()),
+                Some(api.api_version.as_str()),
+                "{}",
+                resource.name()
+            );
+        }
+    }
+}
