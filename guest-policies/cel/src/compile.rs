@@ -72,11 +72,20 @@ pub struct CompiledDocument {
     /// Whether an expression reads `namespaceObject`: only then does the guest read the job's
     /// Namespace (a read the manifest must declare).
     pub reads_namespace: bool,
+    /// The functions the expressions call: a call registers only the libraries they use.
+    pub functions: BTreeSet<String>,
     pub match_conditions: Vec<Named>,
     pub variables: Vec<Named>,
     pub mutations: Vec<CompiledMutation>,
     pub resource_mutations: Vec<CompiledMutation>,
     pub verdicts: Vec<CompiledVerdict>,
+}
+
+impl CompiledDocument {
+    /// Whether an expression calls one of `names`.
+    pub fn calls_any(&self, names: &[&str]) -> bool {
+        names.iter().any(|name| self.functions.contains(*name))
+    }
 }
 
 impl std::fmt::Debug for CompiledDocument {
@@ -108,10 +117,13 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
     }
     let mut structs = BTreeSet::new();
     let mut reads_namespace = false;
+    let mut functions = BTreeSet::new();
     let mut expression = |path: String, source: &str| -> Result<Compiled, CompileError> {
         let program = parse(&path, source)?;
         library::struct_names(&program, &mut structs);
-        reads_namespace |= program.references().has_variable("namespaceObject");
+        let references = program.references();
+        reads_namespace |= references.has_variable("namespaceObject");
+        functions.extend(references.functions().into_iter().map(str::to_owned));
         Ok(Compiled { path, program })
     };
     let match_conditions = named(
@@ -155,6 +167,7 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
     Ok(CompiledDocument {
         env,
         reads_namespace,
+        functions,
         match_conditions,
         variables,
         mutations,

@@ -176,9 +176,17 @@ impl CompiledDocument {
         extra: [(&'static str, Value); N],
     ) -> Context<'v, 'v> {
         let mut context = Context::with_env(Arc::clone(&self.env));
-        quantity::add_quantity_functions(&mut context);
-        lists::add_list_functions(&mut context);
-        reads::add_resource_functions(&mut context, Arc::clone(&inputs.reader));
+        // Registering a library costs a boxed function per name on every call: only those the
+        // expressions call are.
+        if self.calls_any(&quantity::NAMES) {
+            quantity::add_quantity_functions(&mut context);
+        }
+        if self.calls_any(&lists::NAMES) {
+            lists::add_list_functions(&mut context);
+        }
+        if self.calls_any(&reads::NAMES) {
+            reads::add_resource_functions(&mut context, Arc::clone(&inputs.reader));
+        }
         context.add_variable_as_val("job", to_val(&inputs.job));
         let namespace_object = inputs.namespace_object.as_ref().map_or(Value::Null, to_cel);
         context.add_variable_from_value("namespaceObject", namespace_object);

@@ -10,6 +10,9 @@ use std::sync::Arc;
 use cel::extractors::This;
 use cel::{Context, ExecutionError, ResolveResult, Value};
 
+/// The library's function names.
+pub const NAMES: [&str; 4] = ["sum", "min", "max", "isSorted"];
+
 /// Adds the lists library to `context`.
 pub fn add_list_functions(context: &mut Context<'_, '_>) {
     let declared = [

@@ -22,6 +22,21 @@ impl Opaque for CelQuantity {
     }
 }
 
+/// The library's function names.
+pub const NAMES: [&str; 11] = [
+    "quantity",
+    "isQuantity",
+    "isLessThan",
+    "isGreaterThan",
+    "compareTo",
+    "add",
+    "sub",
+    "isInteger",
+    "asInteger",
+    "asApproximateFloat",
+    "sign",
+];
+
 /// Adds the quantity library to `context`.
 pub fn add_quantity_functions(context: &mut Context<'_, '_>) {
     // The names are this library's own: the standard library declares none of them.

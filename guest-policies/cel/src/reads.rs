@@ -50,6 +50,9 @@ pub fn api_version(resource: &str) -> Option<&'static str> {
 const GET: &str = "resource.Get";
 const LIST: &str = "resource.List";
 
+/// The names the parser gives the library's calls (`Get` on the target `resource`).
+pub const NAMES: [&str; 2] = ["Get", "List"];
+
 /// Registers `resource.Get` and `resource.List` on `context`, answered by `reader`.
 pub fn add_resource_functions(context: &mut Context<'_, '_>, reader: Arc<dyn ClusterReader>) {
     let memo = Arc::new(Memo {

@@ -61,6 +61,9 @@ pub struct ClusterOptions {
     pub trusted_keys: Arc<TrustedKeys>,
     /// Where the operator pulls modules named by reference [default: HTTPS, no cache].
     pub registry: Option<PolicyRegistry>,
+    /// The operator compiles the CEL evaluator at start, in the background (`up` does unless
+    /// `--no-cel-warmup`).
+    pub warm_cel_evaluator: bool,
     /// Start the operator with the cluster (off for benchmarks that run it as its own process).
     pub run_operator: bool,
     /// Faults the API server injects from the start (changeable later through
@@ -98,6 +101,7 @@ impl ClusterOptions {
             cluster_policy_namespaces: BTreeSet::new(),
             trusted_keys: Arc::default(),
             registry: None,
+            warm_cel_evaluator: false,
             run_operator: true,
             faults: FaultConfig::default(),
             gang_scheduler: None,
@@ -195,6 +199,7 @@ pub struct EmbeddedCluster {
     cluster_policy_namespaces: BTreeSet<String>,
     trusted_keys: Arc<TrustedKeys>,
     registry: Option<PolicyRegistry>,
+    warm_cel_evaluator: bool,
     gang_scheduler: Option<GangScheduler>,
     kueue_workloads: bool,
     leader_election: Option<LeaseConfig>,
@@ -285,6 +290,7 @@ impl EmbeddedCluster {
             cluster_policy_namespaces: options.cluster_policy_namespaces,
             trusted_keys: options.trusted_keys,
             registry: options.registry,
+            warm_cel_evaluator: options.warm_cel_evaluator,
             gang_scheduler: options.gang_scheduler,
             kueue_workloads: options.kueue_workloads,
             leader_election: options.leader_election,
@@ -462,6 +468,7 @@ impl EmbeddedCluster {
             cluster_policy_namespaces: self.cluster_policy_namespaces.clone(),
             trusted_keys: Arc::clone(&self.trusted_keys),
             registry: self.registry.clone(),
+            warm_cel_evaluator: self.warm_cel_evaluator,
             settings: Settings {
                 gang_scheduler: self.gang_scheduler.clone(),
                 kueue_workloads: self.kueue_workloads,

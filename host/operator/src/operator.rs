@@ -50,6 +50,9 @@ pub struct OperatorConfig {
     /// Policy namespaces whose ConfigMaps may reach jobs of every namespace and replace the
     /// built-in policies; the operator's own namespace always is one.
     pub cluster_policy_namespaces: BTreeSet<String>,
+    /// Compile the CEL evaluator at start, in the background (`run` and `up` do unless
+    /// `--no-cel-warmup`; off by default, as a test harness wants).
+    pub warm_cel_evaluator: bool,
     /// Policy ConfigMaps loaded per namespace at most [default:
     /// `tfjob_policy_sync::watch::MAX_PER_NAMESPACE`].
     pub max_policies_per_namespace: Option<usize>,
@@ -255,6 +258,7 @@ async fn serve(
                 breakers,
                 puller: puller(&client, &config, policies),
                 loaded_budget: Arc::clone(&policies.loaded_budget),
+                warm_cel_evaluator: config.warm_cel_evaluator,
             },
             SyncMetrics::register(&mut metrics),
         );

@@ -246,7 +246,7 @@ fn candidate(
                 .map_err(|e| anyhow!("--configmap: {}: {e}", file.display()))?;
             let wasm = match &args.policy {
                 Some(path) => module(path)?,
-                None => source.wasm,
+                None => source.wasm.into_owned(),
             };
             let mut manifest = source.manifest;
             // A new module under the ConfigMap's manifest: its pin is the old module's.

@@ -105,8 +105,10 @@ pub(crate) fn is_cel_file(path: &Path) -> bool {
 pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource> {
     let at = || format!("{flag}: {}", path.display());
     let text = std::fs::read_to_string(path).with_context(|| format!("{}: reading", at()))?;
-    let kind = serde_yaml_ng::from_str::<Value>(&text)
-        .ok()
+    // Parsed once: a document that is not YAML is the CEL reader's to report.
+    let value = serde_yaml_ng::from_str::<Value>(&text).ok();
+    let kind = value
+        .as_ref()
         .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned));
     if let Some(kind) = kind.as_deref().filter(|k| *k != "ConfigMap") {
         return Err(anyhow!(
@@ -115,9 +117,9 @@ pub(crate) fn cel_source(path: &Path, flag: &str) -> anyhow::Result<PolicySource
             at()
         ));
     }
-    let (manifest, document) = if kind.is_some() {
+    let (manifest, document) = if let (Some(_), Some(value)) = (&kind, value) {
         let cm: ConfigMap =
-            serde_yaml_ng::from_str(&text).with_context(|| format!("{}: not a ConfigMap", at()))?;
+            serde_json::from_value(value).with_context(|| format!("{}: not a ConfigMap", at()))?;
         let source = configmap::read_configmap(&cm).map_err(|e| anyhow!("{}: {e}", at()))?;
         let document = cm.data.as_ref().and_then(|d| d.get(cel_configmap::CEL_KEY));
         match (source.form, document) {

@@ -153,19 +153,14 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
         (None, Some(d)) => defaults::default_settings(d),
         (None, None) => json!({}),
     };
-    let mut declared = match default {
-        Some(_) if args.host_paths.is_empty() => defaults::capabilities_used(&settings),
-        _ => Capabilities {
-            host_paths: args.host_paths.clone(),
-            ..Capabilities::default()
-        },
+    let flags = flag_manifest(args)?;
+    // A default's settings say what it mounts and reads, unless `--host-path` or `--read` do.
+    let capabilities = match default {
+        Some(_) if args.host_paths.is_empty() => {
+            with_flag_capabilities(defaults::capabilities_used(&settings), args)?
+        }
+        _ => flags.capabilities.clone(),
     };
-    for name in &args.capabilities {
-        declared
-            .allow(name)
-            .map_err(|e| anyhow!("--capability: {e}"))?;
-    }
-    // A default's settings say what it reads, unless `--read` says it.
     let reads = match default {
         Some(d) if args.reads.is_empty() => defaults::reads_used(d.hook, &settings),
         _ => args.reads.clone(),
@@ -173,9 +168,9 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
     let manifest = PolicyManifest {
         hooks: args.hooks.clone(),
         settings,
-        capabilities: declared,
+        capabilities,
         reads,
-        ..flag_manifest(args)?
+        ..flags
     };
     // Read before anything is built, so that a bad key is reported as such.
     let signer = signer(args)?;
@@ -211,15 +206,11 @@ pub fn main(args: &PackArgs) -> anyhow::Result<String> {
 /// The manifest the flags say, for every kind of policy: what is left is the module's (hooks,
 /// settings, what a default's settings use).
 fn flag_manifest(args: &PackArgs) -> anyhow::Result<PolicyManifest> {
-    let mut capabilities = Capabilities {
+    let host_paths = Capabilities {
         host_paths: args.host_paths.clone(),
         ..Capabilities::default()
     };
-    for name in &args.capabilities {
-        capabilities
-            .allow(name)
-            .map_err(|e| anyhow!("--capability: {e}"))?;
-    }
+    let capabilities = with_flag_capabilities(host_paths, args)?;
     Ok(PolicyManifest {
         name: args.name.clone(),
         order: args.order,
@@ -238,6 +229,14 @@ fn flag_manifest(args: &PackArgs) -> anyhow::Result<PolicyManifest> {
         memory_mib: args.memory_mib,
         ..PolicyManifest::default()
     })
+}
+
+/// `base` with every `--capability` allowed.
+fn with_flag_capabilities(mut base: Capabilities, args: &PackArgs) -> anyhow::Result<Capabilities> {
+    for name in &args.capabilities {
+        base.allow(name).map_err(|e| anyhow!("--capability: {e}"))?;
+    }
+    Ok(base)
 }
 
 fn signer(args: &PackArgs) -> anyhow::Result<Option<signature::SigningKey>> {

@@ -243,6 +243,11 @@ pub struct PolicySourceArgs {
     /// Take no policies from ConfigMaps.
     #[arg(long, conflicts_with = "policy_namespaces")]
     pub no_configmap_policies: bool,
+    /// Compile the CEL evaluator when the first CEL policy loads, not in the background at
+    /// start (which lets the first CEL ConfigMap serve in seconds, for about 10 s of one
+    /// core's time at start).
+    #[arg(long)]
+    pub no_cel_warmup: bool,
     /// A policy namespace whose ConfigMaps may select jobs in every namespace and replace the
     /// built-in policies (repeatable); the operator's own namespace always may. Policies from
     /// the other policy namespaces apply to jobs of their own namespace only.

@@ -82,6 +82,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         policy_namespaces: args.policy_namespaces(),
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         max_policies_per_namespace: Some(args.sources.max_per_namespace),
+        warm_cel_evaluator: !args.sources.no_cel_warmup,
         stall_after: Some(std::time::Duration::from_secs(args.healthz_stall_seconds)),
         trusted_keys: std::sync::Arc::new(trusted_keys),
         registry: Some(args.sources.registry(&policies)?),

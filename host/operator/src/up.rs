@@ -196,6 +196,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         cluster_policy_namespaces: args.sources.cluster_namespaces(),
         trusted_keys,
         registry,
+        warm_cel_evaluator: !args.sources.no_cel_warmup,
         // Authorizing, the operator starts once its account and RBAC exist.
         run_operator: !args.no_operator && !args.authorize,
         leader_election: None,

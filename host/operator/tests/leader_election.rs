@@ -370,6 +370,7 @@ fn up_without_its_operator_serves_run_processes() {
     let _run = quiet(
         &[
             "run",
+            "--no-cel-warmup",
             "--leader-elect",
             "--metrics-bind-address",
             "0",

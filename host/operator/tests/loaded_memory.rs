@@ -75,6 +75,9 @@ impl Env {
             "127.0.0.1",
             "--policy-cache-dir",
             self.cache.path().to_str().unwrap(),
+            // What is measured is the policies these tests load, not the evaluator of CEL
+            // policies compiled ahead (the CEL test compiles it with its first policy).
+            "--no-cel-warmup",
         ];
         args.extend_from_slice(extra);
         self.cluster.operator(&args, &[])
@@ -441,6 +444,90 @@ fn swapping_one_policy_fifty_times_leaves_memory_where_one_version_leaves_it() {
         files.len(),
         files_after_one,
         "the cache holds the serving versions' files, not every version's: {files:?}"
+    );
+}
+
+/// The copies pre-initialised for settings documents in the compiled-code cache.
+fn prepared_files(dir: &Path) -> std::collections::BTreeSet<String> {
+    cache_files(dir)
+        .into_keys()
+        .filter(|name| name.starts_with("prepared-") && name.ends_with(".cwasm"))
+        .collect()
+}
+
+#[test]
+fn editing_a_cel_policy_twelve_times_serves_every_version_and_keeps_copies_of_serving_ones() {
+    let _serial = serial();
+    let env = Env::start(&["tfjob-system", "ml"]);
+    let _running = env.operator(&["--policy-namespace", "tfjob-system"]);
+    env.time_to_pod("first");
+    // The default policies' copies (one per hook), made once their hooks are first called.
+    let defaults = eventually("the default policies' copies", || {
+        let files = prepared_files(env.cache.path());
+        (files.len() == 3).then_some(files)
+    });
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.cluster.client(), "tfjob-system");
+    let pods: Api<Pod> = Api::namespaced(env.cluster.client(), "ml");
+    let mut before_last = Default::default();
+    // More versions than the engine keeps copies: every CEL document shares the evaluator.
+    let versions = 12;
+    for v in 0..versions {
+        if v == versions - 1 {
+            before_last = prepared_files(env.cache.path());
+        }
+        env.kubectl_apply(&json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "tfjob-policy-version", "namespace": "tfjob-system",
+                         "labels": {"policy.tfjob.dev/policy": "true"}},
+            "data": {"policy.cel.yaml": format!(
+                "mutations:\n- patchType: ApplyConfiguration\n  applyConfiguration:\n    \
+                 expression: \"Object{{metadata: Object.metadata{{labels: {{'version': 'v{v}'}}}}}}\"\n")},
+        }));
+        let applied = env
+            .cluster
+            .runtime
+            .block_on(configmaps.get("tfjob-policy-version"))
+            .unwrap()
+            .metadata
+            .resource_version;
+        env.status_until(
+            "tfjob-system",
+            "tfjob-policy-version",
+            Duration::from_secs(120),
+            |s| s.state == PolicyState::Active && s.resource_version == applied,
+        );
+        let job = format!("job-{v}");
+        env.time_to_pod(&job);
+        let selector = format!("training.kubeflow.org/job-name={job}");
+        let pod = env
+            .cluster
+            .runtime
+            .block_on(pods.list(&ListParams::default().labels(&selector)))
+            .unwrap()
+            .items
+            .remove(0);
+        assert_eq!(
+            pod.metadata.labels.unwrap_or_default().get("version"),
+            Some(&format!("v{v}")),
+            "version {v} decorates the next pod"
+        );
+    }
+    // The last version gets a copy of its own in the background, and the cache keeps the
+    // copies of the versions that serve, not one per version (nor stops at the engine's bound
+    // on copies, which every later version would then run without).
+    let after = eventually("the last version's copy", || {
+        let files = prepared_files(env.cache.path());
+        files
+            .difference(&before_last)
+            .next()
+            .is_some()
+            .then_some(files)
+    });
+    let cel: Vec<_> = after.difference(&defaults).collect();
+    assert!(
+        cel.len() <= 3,
+        "the copies of serving versions only, not of {versions}: {cel:?}"
     );
 }
 

@@ -15,7 +15,7 @@ use common::up::Up;
 fn up(args: &[&str], dir: &std::path::Path) -> std::process::Output {
     common::operator()
         .arg("up")
-        .args(["--port", "0", "--kubeconfig-out"])
+        .args(["--port", "0", "--no-cel-warmup", "--kubeconfig-out"])
         .arg(dir.join("kubeconfig"))
         .args(args)
         .env_remove("KUBECONFIG")
@@ -359,7 +359,7 @@ fn apply_configmap(up: &Up, configmap: &str) -> String {
 #[test]
 fn up_runs_a_cel_policy_applied_edited_and_broken_with_kubectl() {
     let dir = tempfile::tempdir().unwrap();
-    let up = Up::start(&["--nodes", "1", "--gpus-per-node", "2"], dir.path());
+    let up = Up::start_as_users_do(&["--nodes", "1", "--gpus-per-node", "2"], dir.path());
     let example =
         std::fs::read_to_string(repo("deploy/examples/cel/policies/gpu-placement.yaml")).unwrap();
 

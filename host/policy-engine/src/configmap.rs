@@ -22,6 +22,7 @@
 //! for a module, the inverse of [`read_configmap`], so the CLI and the operator share one
 //! definition of the format.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
@@ -199,8 +200,9 @@ pub struct PolicySource {
     pub manifest: PolicyManifest,
     /// Whether it came as a module or as a CEL document.
     pub form: PolicyForm,
-    /// The module, decompressed.
-    pub wasm: Vec<u8>,
+    /// The module, decompressed; for a CEL document, the operator's own evaluator, borrowed
+    /// (every read of a CEL ConfigMap would otherwise copy its 4 MB).
+    pub wasm: Cow<'static, [u8]>,
     /// Lower-case hex sha256 of `wasm`.
     pub digest: String,
     pub signed: Signed,
@@ -427,7 +429,7 @@ fn read_cel(
     Ok(PolicySource {
         manifest: source.manifest,
         form: PolicyForm::Cel,
-        wasm: crate::defaults::CEL_POLICY_WASM.to_vec(),
+        wasm: Cow::Borrowed(crate::defaults::CEL_POLICY_WASM),
         digest: crate::defaults::cel_policy_digest().to_owned(),
         signed: source.signed,
     })
@@ -462,7 +464,7 @@ fn finish(
     Ok(PolicySource {
         manifest,
         form: PolicyForm::Module,
-        wasm,
+        wasm: Cow::Owned(wasm),
         digest,
         signed,
     })

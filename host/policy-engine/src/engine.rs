@@ -33,6 +33,7 @@ use crate::loaded_budget::Part;
 use crate::preinit;
 use crate::resident;
 use crate::sandbox::{MemoryBudget, ReadPastDeadline, Sandbox};
+use crate::settings_uses::{SettingsUse, SettingsUses};
 use crate::tenants::{Share, Tenants};
 
 pub use tfjob_planner::Hook;
@@ -59,6 +60,8 @@ pub struct CompiledPolicy {
     /// Settings documents a background preparation was started for, whatever came of it: each
     /// is tried once, and at most [`MAX_PREPARED`] are.
     tried: Mutex<Vec<Box<str>>>,
+    /// The settings documents active versions run with: copies for others are dropped.
+    uses: Arc<SettingsUses>,
     decorate: Option<
         Export<decorate::GuestIndices, v0_2::decorate::GuestIndices, v0_1::decorate::GuestIndices>,
     >,
@@ -77,9 +80,12 @@ pub struct CompiledPolicy {
     >,
 }
 
-/// The most pre-initialised copies one module keeps, one per settings document: beyond it, a
-/// module activated with yet other settings runs from its plain instance.
-pub const MAX_PREPARED: usize = 4;
+/// The most pre-initialised copies one module keeps, one per settings document that active
+/// versions run with (copies for documents no version runs any more are dropped): beyond it, a
+/// version with yet other settings runs from the plain instance. Eight, for the CEL evaluator
+/// that every team's CEL policy shares; what the copies hold is charged to the budget of loaded
+/// policies all the same.
+pub const MAX_PREPARED: usize = 8;
 
 /// The most linear memory a validation may leave for a copy to be made of it: the snapshot
 /// copies what the memories hold, and a component of more than the module limit is refused
@@ -248,6 +254,20 @@ impl CompiledPolicy {
         parts
     }
 
+    /// [`CompiledPolicy::parts_for`] with the copy for `settings` counted before it exists, at
+    /// the size of the plain component's code (which the copy's is a copy of): what a version
+    /// whose copy is made in the background holds once it is.
+    pub fn parts_ahead_of_copy(&self, settings: &str) -> Vec<Part> {
+        let mut parts = self.parts_for(settings);
+        if parts.len() == 1 && self.validates_settings() {
+            parts.push(Part {
+                id: prepared_key(&self.digest, settings),
+                bytes: self.code.bytes() as u64,
+            });
+        }
+        parts
+    }
+
     /// Whether it exports `validate-settings`.
     pub fn validates_settings(&self) -> bool {
         self.settings.is_some()
@@ -279,6 +299,32 @@ impl CompiledPolicy {
             .iter()
             .find(|p| &*p.settings == settings)
             .map(|p| Arc::clone(&p.policy))
+    }
+
+    /// Counts a version running with `settings` until the returned use is dropped.
+    pub fn use_settings(&self, settings: &str) -> SettingsUse {
+        self.uses.hold(settings)
+    }
+
+    /// Drops the copies for settings no version runs with any more, and forgets that their
+    /// preparation was tried; returns them.
+    fn drop_unused_copies(&self) -> Vec<Prepared> {
+        let in_use = |settings: &str| self.uses.in_use(settings);
+        let previous = self.prepared.rcu(|list| {
+            list.iter()
+                .filter(|p| in_use(&p.settings))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        self.tried
+            .lock()
+            .expect("preparation lock")
+            .retain(|settings| in_use(settings));
+        previous
+            .iter()
+            .filter(|p| !in_use(&p.settings))
+            .cloned()
+            .collect()
     }
 }
 
@@ -494,17 +540,22 @@ impl PolicyEngine {
     }
 
     /// Forgets compiled policies that nothing else holds (no active policy uses them any more),
-    /// so that replaced modules do not stay in memory for the life of the operator. Returns how
-    /// many were dropped.
+    /// so that replaced modules do not stay in memory for the life of the operator, and the
+    /// pre-initialised copies of those still held for settings no version runs any more.
+    /// Returns how many compiled policies were dropped.
     pub fn evict_unused(&self) -> usize {
         let mut dropped = Vec::new();
+        let mut kept = Vec::new();
         {
             let mut map = self.compiled.lock().expect("compile cache lock");
             map.retain(|_, slot| match slot.try_lock() {
                 // Held by a compilation in progress: keep it.
                 Err(_) => true,
                 Ok(cached) => match cached.as_ref() {
-                    Some(compiled) if Arc::strong_count(compiled) > 1 => true,
+                    Some(compiled) if Arc::strong_count(compiled) > 1 => {
+                        kept.push(Arc::clone(compiled));
+                        true
+                    }
                     Some(compiled) => {
                         dropped.push(Arc::clone(compiled));
                         false
@@ -512,6 +563,17 @@ impl PolicyEngine {
                     None => false,
                 },
             });
+        }
+        let copies: Vec<(String, Vec<Prepared>)> = kept
+            .iter()
+            .map(|c| (c.digest.clone(), c.drop_unused_copies()))
+            .filter(|(_, copies)| !copies.is_empty())
+            .collect();
+        if !copies.is_empty() {
+            tracing::debug!(
+                copies = copies.iter().map(|(_, c)| c.len()).sum::<usize>(),
+                "pre-initialised copies for settings no version runs were dropped"
+            );
         }
         // Their files go too, so the cache directory holds what is loaded, not every version
         // ever seen (a mapped file stays readable until the last call using it ends).
@@ -523,6 +585,11 @@ impl PolicyEngine {
                         &prepared_key(&compiled.digest, &copy.settings),
                         &self.engine,
                     );
+                }
+            }
+            for (digest, gone) in &copies {
+                for copy in gone {
+                    cache.forget(&prepared_key(digest, &copy.settings), &self.engine);
                 }
             }
         }
@@ -761,6 +828,7 @@ impl PolicyEngine {
             source,
             prepared: ArcSwap::default(),
             tried: Mutex::default(),
+            uses: Arc::default(),
             decorate: Export::find(
                 decorate::GuestIndices::new(&pre),
                 || v0_2::decorate::GuestIndices::new(&pre),

@@ -43,6 +43,7 @@ mod preinit;
 pub mod read_provenance;
 pub mod resident;
 mod sandbox;
+pub mod settings_uses;
 pub mod signature;
 
 pub use breaker::{BreakerConfig, Breakers};

@@ -19,6 +19,7 @@ use crate::engine::{CompiledPolicy, Hook, PolicyEngine};
 use crate::error::{Category, EvalError};
 use crate::guard::AllowedPaths;
 use crate::loaded_budget::Reservation;
+use crate::settings_uses::SettingsUse;
 
 /// What happens to a pod when a policy fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +325,8 @@ pub struct ActivePolicy {
     /// What it holds of the budget of loaded policies while it serves (none: not charged, as
     /// the built-in policies are not); given back when the last copy of it is dropped.
     reservation: Option<Arc<Reservation>>,
+    /// Keeps the module's copy pre-initialised for `settings` while it lives.
+    _settings_use: Arc<SettingsUse>,
 }
 
 impl ActivePolicy {
@@ -340,6 +343,7 @@ impl ActivePolicy {
         h.update(compiled.digest.as_bytes());
         h.update([0]);
         h.update(settings.as_bytes());
+        let settings_use = Arc::new(compiled.use_settings(&settings));
         ActivePolicy {
             manifest,
             settings,
@@ -349,6 +353,7 @@ impl ActivePolicy {
             reads: Arc::from([]),
             fingerprint: hex::encode(h.finalize()),
             reservation: None,
+            _settings_use: settings_use,
         }
     }
 

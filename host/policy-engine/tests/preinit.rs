@@ -305,6 +305,52 @@ fn copies_are_bounded_per_module() {
 }
 
 #[test]
+fn copies_for_settings_no_version_runs_make_room_for_the_next() {
+    // An engine of its own: evicting drops the copies other tests made without a version.
+    let engine = patient();
+    let policy = engine
+        .compile(COUNTER_WAT.replace("$TAG", "versions").as_bytes())
+        .expect("the counter component compiles");
+    let count = |settings: &str| {
+        engine
+            .at_maximum()
+            .override_resources(&policy, "counter", &ctx(), settings, "c", "{}")
+            .expect("override-resources")
+    };
+    // A ConfigMap edited again and again: each version replaces the one before, three times
+    // as many versions as the bound on copies.
+    let mut serving = None;
+    for version in 0..3 * MAX_PREPARED {
+        let settings = format!(r#"{{"version": {version}}}"#);
+        serving = Some(policy.use_settings(&settings));
+        assert_eq!(engine.evict_unused(), 0, "the module itself is held");
+        assert!(
+            engine
+                .prepare(&policy, "counter", &settings)
+                .expect("prepares"),
+            "version {version} gets a copy"
+        );
+        assert_eq!(count(&settings), "2", "version {version} runs from it");
+    }
+    // Versions that run side by side keep theirs.
+    let side_by_side: Vec<_> = (0..MAX_PREPARED - 1)
+        .map(|i| {
+            let settings = format!(r#"{{"team": {i}}}"#);
+            let held = policy.use_settings(&settings);
+            engine
+                .prepare(&policy, "counter", &settings)
+                .expect("prepares");
+            (settings, held)
+        })
+        .collect();
+    engine.evict_unused();
+    for (settings, _) in &side_by_side {
+        assert!(policy.is_prepared_for(settings), "{settings}");
+    }
+    assert!(serving.is_some());
+}
+
+#[test]
 fn a_validation_that_refuses_sleeps_or_loops_leaves_no_copy() {
     let limited = PolicyEngine::new(SandboxLimits {
         deadline: Duration::from_millis(200),

@@ -19,8 +19,17 @@ pub struct Up {
 }
 
 impl Up {
-    /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig ARGS` and waits until it listens.
+    /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig --no-cel-warmup ARGS` and waits
+    /// until it listens: tests that load no CEL policy spare the evaluator's compilation.
     pub fn start(args: &[&str], dir: &Path) -> Up {
+        let mut cold = vec!["--no-cel-warmup"];
+        cold.extend_from_slice(args);
+        Up::start_as_users_do(&cold, dir)
+    }
+
+    /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig ARGS`, with nothing but `ARGS`
+    /// changed from what a user runs, and waits until it listens.
+    pub fn start_as_users_do(args: &[&str], dir: &Path) -> Up {
         let kubeconfig = dir.join("kubeconfig");
         let _ = std::fs::remove_file(&kubeconfig);
         let mut child = super::operator()
