@@ -13,8 +13,8 @@
 //! `resourceMutations` for `override-resources`, `verdicts` for `classify-pod` (when no rule
 //! holds, or the match conditions do not, the pod is classified as the default classification
 //! does with its default settings). The job's Namespace is read, through the contract's
-//! `cluster` import, only when an expression names `namespaceObject` (the manifest declares
-//! `reads: [{resource: namespaces}]`); `resource.Get` and `resource.List` read what else the
+//! `cluster` import, only by a hook that evaluates an expression naming `namespaceObject` (the
+//! manifest declares `reads: [{resource: namespaces}]`); `resource.Get` and `resource.List` read what else the
 //! manifest declares, through the same import. An expression that fails fails the call,
 //! naming it.
 
@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tfjob_policy_cel::compile::{CompileError, CompiledDocument, compile};
+use tfjob_policy_cel::compile::{CompileError, CompiledDocument, Hook, compile};
 use tfjob_policy_cel::document::CelDocument;
 use tfjob_policy_cel::evaluate::{EvalError, Inputs};
 use tfjob_policy_cel::reads::ClusterReader;
@@ -73,7 +73,7 @@ impl bindings::exports::tfjob::policy::decorate::Guest for CelPolicy {
         let pod = parse("pod", &pod)?;
         let out = compiled
             .0
-            .decorate(&inputs(&ctx, &compiled.0)?, pod)
+            .decorate(&inputs(&ctx, &compiled.0, Hook::Decorate)?, pod)
             .map_err(failed)?;
         Ok(out.to_string())
     }
@@ -90,7 +90,11 @@ impl bindings::exports::tfjob::policy::resources::Guest for CelPolicy {
         let requirements = parse("resources", &resources)?;
         let out = compiled
             .0
-            .override_resources(&inputs(&ctx, &compiled.0)?, &container_name, requirements)
+            .override_resources(
+                &inputs(&ctx, &compiled.0, Hook::Resources)?,
+                &container_name,
+                requirements,
+            )
             .map_err(failed)?;
         Ok(out.to_string())
     }
@@ -107,7 +111,7 @@ impl bindings::exports::tfjob::policy::classify::Guest for CelPolicy {
         let json = parse("pod", &pod)?;
         let rule = compiled
             .0
-            .classify(&inputs(&ctx, &compiled.0)?, &json, &now)
+            .classify(&inputs(&ctx, &compiled.0, Hook::Classify)?, &json, &now)
             .map_err(failed)?;
         let at = convert::timestamp_from_rfc3339("now", &now)?;
         let verdict = match rule {
@@ -137,8 +141,12 @@ fn parse(what: &str, json: &str) -> Result<Value, PolicyError> {
     serde_json::from_str(json).map_err(|e| PolicyError::InvalidInput(format!("{what}: {e}")))
 }
 
-/// What expressions see of the job, and its Namespace when they read it.
-fn inputs(ctx: &JobContext, compiled: &CompiledDocument) -> Result<Inputs, PolicyError> {
+/// What expressions see of the job, and its Namespace when those `hook` evaluates read it.
+fn inputs(
+    ctx: &JobContext,
+    compiled: &CompiledDocument,
+    hook: Hook,
+) -> Result<Inputs, PolicyError> {
     let pairs = |list: &[(String, String)]| -> serde_json::Map<String, Value> {
         list.iter()
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
@@ -155,7 +163,7 @@ fn inputs(ctx: &JobContext, compiled: &CompiledDocument) -> Result<Inputs, Polic
         "replicaCount": ctx.replica_count,
         "attempt": ctx.attempt,
     });
-    let namespace_object = if compiled.reads_namespace {
+    let namespace_object = if compiled.reads_namespace(hook) {
         let got = cluster::get("namespaces", "", &ctx.namespace)
             .map_err(|e| PolicyError::Failed(cluster::message(&e).to_owned()))?;
         got.object

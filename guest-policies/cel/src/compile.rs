@@ -69,9 +69,10 @@ pub struct CompiledVerdict {
 /// The compiled document.
 pub struct CompiledDocument {
     pub env: Arc<Env>,
-    /// Whether an expression reads `namespaceObject`: only then does the guest read the job's
-    /// Namespace (a read the manifest must declare).
-    pub reads_namespace: bool,
+    /// The parts of the document (`matchConditions`, `mutations`, ...) with an expression that
+    /// reads `namespaceObject`: only a call that evaluates one reads the job's Namespace (a
+    /// read the manifest must declare).
+    namespace_readers: BTreeSet<String>,
     /// The functions the expressions call: a call registers only the libraries they use.
     pub functions: BTreeSet<String>,
     pub match_conditions: Vec<Named>,
@@ -81,7 +82,34 @@ pub struct CompiledDocument {
     pub verdicts: Vec<CompiledVerdict>,
 }
 
+/// The hook a call is for: which part of the document it evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Decorate,
+    Resources,
+    Classify,
+}
+
+impl Hook {
+    /// The part of the document the hook evaluates besides the match conditions and variables.
+    fn part(self) -> &'static str {
+        match self {
+            Hook::Decorate => "mutations",
+            Hook::Resources => "resourceMutations",
+            Hook::Classify => "verdicts",
+        }
+    }
+}
+
 impl CompiledDocument {
+    /// Whether a call of `hook` evaluates an expression that reads `namespaceObject`: the
+    /// match conditions and variables run for every hook, each hook's own part for it alone.
+    pub fn reads_namespace(&self, hook: Hook) -> bool {
+        ["matchConditions", "variables", hook.part()]
+            .iter()
+            .any(|part| self.namespace_readers.contains(*part))
+    }
+
     /// Whether an expression calls one of `names`.
     pub fn calls_any(&self, names: &[&str]) -> bool {
         names.iter().any(|name| self.functions.contains(*name))
@@ -116,13 +144,16 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
         });
     }
     let mut structs = BTreeSet::new();
-    let mut reads_namespace = false;
+    let mut namespace_readers = BTreeSet::new();
     let mut functions = BTreeSet::new();
     let mut expression = |path: String, source: &str| -> Result<Compiled, CompileError> {
         let program = parse(&path, source)?;
         library::struct_names(&program, &mut structs);
         let references = program.references();
-        reads_namespace |= references.has_variable("namespaceObject");
+        if references.has_variable("namespaceObject") {
+            let part = path.split(['[', '.']).next().unwrap_or_default();
+            namespace_readers.insert(part.to_owned());
+        }
         functions.extend(references.functions().into_iter().map(str::to_owned));
         Ok(Compiled { path, program })
     };
@@ -166,7 +197,7 @@ pub fn compile(document: &CelDocument) -> Result<CompiledDocument, CompileError>
     })?;
     Ok(CompiledDocument {
         env,
-        reads_namespace,
+        namespace_readers,
         functions,
         match_conditions,
         variables,
@@ -376,14 +407,30 @@ mod tests {
             doc.mutations[0].expression.path,
             "mutations[0].applyConfiguration.expression"
         );
-        assert!(!doc.reads_namespace);
+        assert!(!doc.reads_namespace(Hook::Decorate));
         let reading = compiled(
             r#"{"variables": [{"name": "team", "expression": "namespaceObject.metadata.labels.team"}]}"#,
         )
         .unwrap();
         assert!(
-            reading.reads_namespace,
+            reading.reads_namespace(Hook::Classify),
             "only a document naming namespaceObject reads it"
+        );
+    }
+
+    #[test]
+    fn a_hook_reads_the_namespace_only_when_its_expressions_name_it() {
+        let doc = compiled(
+            r#"{"mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {'team': namespaceObject.metadata.labels.team}}}"}}],
+                "verdicts": [{"condition": "object.status.phase == 'Failed'", "phase": "permanent-failure",
+                              "reason": "Failed"}]}"#,
+        )
+        .unwrap();
+        assert!(doc.reads_namespace(Hook::Decorate));
+        assert!(
+            !doc.reads_namespace(Hook::Classify) && !doc.reads_namespace(Hook::Resources),
+            "the verdicts and resource mutations never name it"
         );
     }
 }

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use sha2::{Digest as _, Sha256};
 
+use crate::builtin;
 use crate::capabilities::Capabilities;
 use crate::cluster_reads::ReadDeclaration;
 use crate::engine::{Hook, PolicyEngine};
@@ -29,17 +30,17 @@ pub const DEFAULTS: [DefaultPolicy; 3] = [
     DefaultPolicy {
         name: "default-decorate",
         hook: Hook::Decorate,
-        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_decorate.wasm")),
+        wasm: builtin::DEFAULT_DECORATE_WASM,
     },
     DefaultPolicy {
         name: "default-resources",
         hook: Hook::Resources,
-        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_resources.wasm")),
+        wasm: builtin::DEFAULT_RESOURCES_WASM,
     },
     DefaultPolicy {
         name: "default-classify",
         hook: Hook::Classify,
-        wasm: include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_default_classify.wasm")),
+        wasm: builtin::DEFAULT_CLASSIFY_WASM,
     },
 ];
 
@@ -50,10 +51,7 @@ pub const DEFAULTS: [DefaultPolicy; 3] = [
 pub const HOSTILE_POLICY_WASM: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_hostile_policy.wasm"));
 
-/// The CEL policy's evaluator (`guest-policies/cel-guest`): a component exporting every hook
-/// that runs the CEL document it is given as settings.
-pub const CEL_POLICY_WASM: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/tfjob_cel_policy.wasm"));
+pub use crate::builtin::CEL_POLICY_WASM;
 
 /// The sha256 (lower-case hex) of [`CEL_POLICY_WASM`], computed once: every CEL policy read
 /// from a ConfigMap names it.
@@ -61,13 +59,6 @@ pub fn cel_policy_digest() -> &'static str {
     static DIGEST: LazyLock<String> =
         LazyLock::new(|| hex::encode(Sha256::digest(CEL_POLICY_WASM)));
     &DIGEST
-}
-
-/// Whether `wasm` is one of the components built into the operator (the defaults and the CEL
-/// evaluator): the operator's own code, which the module size bound, set for what policy
-/// authors ship, does not apply to.
-pub fn is_builtin(wasm: &[u8]) -> bool {
-    wasm == CEL_POLICY_WASM || DEFAULTS.iter().any(|d| d.wasm == wasm)
 }
 
 /// The default policy of that name.

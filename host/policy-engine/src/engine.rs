@@ -498,7 +498,7 @@ impl PolicyEngine {
     /// or import something the sandbox does not provide.
     pub fn compile(&self, wasm: &[u8]) -> Result<Arc<CompiledPolicy>, EvalError> {
         // Compared only past the bound, where a built-in component is the one exception.
-        if wasm.len() > self.limits.max_module && !crate::defaults::is_builtin(wasm) {
+        if wasm.len() > self.limits.max_module && !crate::builtin::is_builtin(wasm) {
             return Err(EvalError::new(
                 Category::Link,
                 format!(

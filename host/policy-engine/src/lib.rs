@@ -10,14 +10,17 @@
 //! an atomically swappable snapshot, and
 //! [`policies::WasmPolicies`] plugs all of it into the planner's policy seam, refusing calls of
 //! a policy whose [`breaker`] tripped after failing again and again. Policies come
-//! embedded ([`defaults`]), from local files ([`local`]) or from labelled ConfigMaps
-//! ([`configmap`]), all through the same activation. With a [`compiled_cache`], compiled code
+//! embedded ([`defaults`], over the [`builtin`] components), from local files ([`local`]) or
+//! from labelled ConfigMaps ([`configmap`], CEL documents among them: [`cel_configmap`]), all
+//! through the same activation; a version's pre-initialised copies last while versions use
+//! their settings ([`settings_uses`]). With a [`compiled_cache`], compiled code
 //! outlives the process. Policies that declare cluster reads ([`cluster_reads`]) are answered,
 //! call by call within bounds ([`cluster_access`]), from shared caches of trimmed objects
 //! ([`cluster_cache`], [`cluster_objects`]) that the operator's watches fill.
 
 pub mod bindings;
 pub mod breaker;
+pub mod builtin;
 pub mod capabilities;
 pub mod cel_configmap;
 pub mod clock;
