@@ -84,9 +84,25 @@ fn the_deselected_tests_exist_and_the_docs_list_them() {
     }
 }
 
-#[test]
-fn the_official_python_clients_own_suite_passes() {
-    let Some(python) = python() else { return };
+/// pytest over the client's installed suite, from where it runs, quiet, without a cache.
+fn pytest() -> Option<Command> {
+    let (python, site) = installed_suite()?;
+    let mut pytest = Command::new(python);
+    pytest
+        .current_dir(site)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
+    Some(pytest)
+}
+
+/// The client's suite installed where it runs from (beside the `kubernetes` package it tests),
+/// once per test process; none, saying why, without a Python or the suite.
+fn installed_suite() -> Option<(PathBuf, PathBuf)> {
+    static SITE: std::sync::OnceLock<Option<(PathBuf, PathBuf)>> = std::sync::OnceLock::new();
+    SITE.get_or_init(install_suite).clone()
+}
+
+fn install_suite() -> Option<(PathBuf, PathBuf)> {
+    let python = python()?;
     let suite = suite_dir();
     if std::env::var_os("TFJOB_PYTHON_E2E").is_none() && !suite.exists() {
         eprintln!(
@@ -94,7 +110,7 @@ fn the_official_python_clients_own_suite_passes() {
              `e2e_test` directory",
             suite.display()
         );
-        return;
+        return None;
     }
     assert!(
         suite.join("base.py").exists(),
@@ -121,17 +137,16 @@ fn the_official_python_clients_own_suite_passes() {
         std::fs::remove_dir_all(&target).unwrap();
     }
     copy_dir(&suite, &target);
+    Some((python, site))
+}
 
+#[test]
+fn the_official_python_clients_own_suite_passes() {
+    let Some(mut pytest) = pytest() else {
+        return;
+    };
     let c = cluster();
-    let mut pytest = Command::new(&python);
-    pytest.current_dir(&site).args([
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "kubernetes/e2e_test",
-    ]);
+    pytest.arg("kubernetes/e2e_test");
     for (id, _) in deselected() {
         pytest
             .arg("--deselect")
@@ -149,6 +164,40 @@ fn the_official_python_clients_own_suite_passes() {
         summary.contains(" passed")
             && summary.contains(&format!("{} deselected", deselected().len())),
         "{summary}"
+    );
+}
+
+/// `test_pod_apis` is deselected for its exec, but what comes before must pass: it waits for the
+/// `default` ServiceAccount a real cluster's controller makes in every namespace.
+#[test]
+fn test_pod_apis_finds_the_default_service_account_and_stops_at_its_exec() {
+    let Some(mut pytest) = pytest() else {
+        return;
+    };
+    let c = cluster();
+    // `-s`: what the test prints while it waits is part of the report.
+    pytest.args([
+        "-s",
+        "kubernetes/e2e_test/test_client.py::TestClient::test_pod_apis",
+    ]);
+    let out = run(&mut pytest, &c);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "it execs, which nothing runs here:\n{report}"
+    );
+    // What it prints while it waits (the report also quotes its source, with the same texts).
+    let waited = report.lines().any(|line| {
+        line.starts_with("default service not found yet: (")
+            || line.trim() == "timeout waiting for default service account creation"
+    });
+    assert!(
+        !waited,
+        "it waited for the default ServiceAccount:\n{report}"
+    );
+    assert!(
+        report.contains("connect_get_namespaced_pod_exec"),
+        "it stops at its exec, not before:\n{report}"
     );
 }
 

@@ -14,6 +14,8 @@
 //!   resource types and the state file;
 //! - [`kubelet`]: the scheduler and simulated nodes that run pods by the scripts in their
 //!   annotations and keep their containers' output;
+//! - [`namespaces`]: what the controller manager keeps in every namespace (its `default`
+//!   ServiceAccount);
 //! - [`kueue`]: a simulated Kueue that admits Workloads by quota and, optionally, queues
 //!   TFJobs as Kueue's TFJob integration does;
 //! - [`faults`]: API errors, latency and cut watches injected for tests of how clients cope.
@@ -25,6 +27,7 @@ pub mod faults;
 pub mod http;
 pub mod kubelet;
 pub mod kueue;
+pub mod namespaces;
 pub mod storage;
 
 pub use error::ApiError;

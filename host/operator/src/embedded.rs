@@ -1,5 +1,6 @@
 //! A whole cluster in one process: the embedded API server with the TFJob CRD and its
-//! admission check installed, the simulated kubelet and scheduler, and the operator with its
+//! admission check installed, the simulated kubelet and scheduler, the namespaces' default
+//! ServiceAccounts, and the operator with its
 //! policies, talking to the server over HTTP exactly as it would to a real cluster.
 //!
 //! `tfjob-operator up` and the end-to-end suites start it the same way, so what a newcomer sees
@@ -184,6 +185,8 @@ pub struct EmbeddedCluster {
     /// Its request counters, served by every operator started here.
     api_metrics: ApiMetrics,
     kubelet: JoinHandle<()>,
+    /// What the controller manager keeps in every namespace (its `default` ServiceAccount).
+    namespaces: JoinHandle<()>,
     /// The simulated Kueue, when it runs.
     kueue: Option<JoinHandle<()>>,
     /// The durable state database, with `state`.
@@ -264,6 +267,7 @@ impl EmbeddedCluster {
                 .get_or_insert_with(|| scheduler.scheduler_name().to_owned());
         }
         let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), kubelet_config);
+        let namespaces = tfjob_cluster::namespaces::spawn(Arc::clone(&store));
         let kueue = options.simulate_kueue.then(|| {
             let config = KueueConfig {
                 integration: !options.kueue_workloads,
@@ -278,6 +282,7 @@ impl EmbeddedCluster {
             operator_client,
             api_metrics,
             kubelet,
+            namespaces,
             kueue,
             durable,
             imported_json,
@@ -511,6 +516,7 @@ impl EmbeddedCluster {
     /// server goes when the cluster is dropped.
     pub async fn shutdown(mut self, grace: Duration) {
         self.kubelet.abort();
+        self.namespaces.abort();
         if let Some(kueue) = &self.kueue {
             kueue.abort();
         }
@@ -552,6 +558,7 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 impl Drop for EmbeddedCluster {
     fn drop(&mut self) {
         self.kubelet.abort();
+        self.namespaces.abort();
         if let Some(kueue) = &self.kueue {
             kueue.abort();
         }
