@@ -5,6 +5,7 @@
 //! expression that fails), and the engine serves the next call.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tfjob_planner::PodContext;
@@ -14,14 +15,26 @@ use tfjob_policy_engine::cluster_cache::{ClusterCache, ResourceCache};
 use tfjob_policy_engine::cluster_reads::{ReadCeiling, ReadDeclaration, Resource};
 use tfjob_policy_engine::defaults::CEL_POLICY_WASM;
 use tfjob_policy_engine::hook_call::job_context;
-use tfjob_policy_engine::{Category, CompiledPolicy, EvalError, PolicyEngine, SandboxLimits};
+use tfjob_policy_engine::{
+    CallLimits, Category, CompiledPolicy, EvalError, PolicyEngine, SandboxLimits,
+};
 
+/// The operator's limits but a patient deadline: a call that ends by its memory cap or an
+/// error must not turn into a timeout on a loaded machine. The endless loop runs under the
+/// operator's own deadline ([`OPERATOR_DEADLINE`]).
 fn engine() -> &'static Arc<PolicyEngine> {
     static ENGINE: OnceLock<Arc<PolicyEngine>> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        Arc::new(PolicyEngine::new(SandboxLimits::default()).expect("engine starts"))
+        let limits = SandboxLimits {
+            deadline: Duration::from_secs(30),
+            ..SandboxLimits::default()
+        };
+        Arc::new(PolicyEngine::new(limits).expect("engine starts"))
     })
 }
+
+/// The operator's default deadline per call.
+const OPERATOR_DEADLINE: Duration = Duration::from_millis(50);
 
 fn cel() -> Arc<CompiledPolicy> {
     engine()
@@ -45,12 +58,24 @@ fn gpu_pod() -> Value {
 }
 
 fn decorate(document: &Value) -> Result<Value, EvalError> {
+    decorate_within(document, engine().limits().deadline)
+}
+
+/// [`decorate`] with a call deadline of `deadline`.
+fn decorate_within(document: &Value, deadline: Duration) -> Result<Value, EvalError> {
     let settings = document.to_string();
     engine().validate_settings(&cel(), "cel", &settings)?;
-    let out =
-        engine()
-            .at_maximum()
-            .decorate(&cel(), "cel", &ctx(), &settings, &gpu_pod().to_string())?;
+    let limits = CallLimits {
+        deadline,
+        ..engine().limits().call_limits()
+    };
+    let out = engine().limited(limits).decorate(
+        &cel(),
+        "cel",
+        &ctx(),
+        &settings,
+        &gpu_pod().to_string(),
+    )?;
     Ok(serde_json::from_str(&out).unwrap())
 }
 
@@ -177,7 +202,11 @@ fn hostile_documents_end_with_their_category_and_the_engine_serves_on() {
             "variables[0].expression",
         ),
     ] {
-        let err = decorate(&document).unwrap_err();
+        let deadline = match category {
+            Category::Timeout => OPERATOR_DEADLINE,
+            _ => engine().limits().deadline,
+        };
+        let err = decorate_within(&document, deadline).unwrap_err();
         assert_eq!(err.category, category, "{what}: {err}");
         assert!(err.message.contains(says), "{what}: {err}");
         others_are_served();
