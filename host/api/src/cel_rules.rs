@@ -6,12 +6,10 @@
 //! can express of [`crate::validation::validate`] (a conformance test runs both over the same
 //! manifests); what CEL cannot see stays a `Failed/FailedValidation` condition.
 //!
-//! Two facts of real API servers shape them. Fields that a `x-kubernetes-preserve-unknown-fields`
-//! object only preserves are invisible to CEL, so the pod template gains a minimal schema for
-//! the container fields the rules read (names, images, port names), still preserving every
-//! other field. And a CRD whose rules could cost too much is refused: the estimate multiplies
-//! each rule's cost by how many times it can run and by the length of the strings it reads, so
-//! every list and string a rule walks carries `maxItems`/`maxLength`, and the replica map
+//! A fact of real API servers shapes them: a CRD whose rules could cost too much is refused.
+//! The estimate multiplies each rule's cost by how many times it can run and by the length of
+//! the strings it reads, so every list and string a rule walks (in the pod template, whose
+//! whole schema the CRD carries) has `maxItems`/`maxLength`, and the replica map
 //! `maxProperties` (more than five keys always repeats or misspells a type).
 
 use serde_json::{Map, Value, json};
@@ -214,44 +212,17 @@ fn rules() -> Vec<Rule> {
     ]
 }
 
-/// The minimal schema of a pod template: the container fields the rules read, typed and
-/// bounded; everything else preserved as it is.
-fn pod_template_schema(description: Option<Value>) -> Value {
-    let port = json!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "properties": {
-            "name": {"type": "string", "maxLength": MAX_PORT_NAME},
-            "containerPort": {"type": "integer", "format": "int32"},
-        },
-    });
-    let container = json!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "properties": {
-            "name": {"type": "string", "maxLength": MAX_CONTAINER_NAME},
-            "image": {"type": "string", "maxLength": MAX_IMAGE},
-            "ports": {"type": "array", "maxItems": MAX_PORTS, "items": port},
-        },
-    });
-    let mut template = json!({
-        "type": "object",
-        "default": {},
-        "x-kubernetes-preserve-unknown-fields": true,
-        "properties": {
-            "spec": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": true,
-                "properties": {
-                    "containers": {"type": "array", "maxItems": MAX_CONTAINERS, "items": container},
-                },
-            },
-        },
-    });
-    if let Some(d) = description {
-        template["description"] = d;
-    }
-    template
+/// Bounds the pod template's lists and strings the rules read (containers, their names,
+/// images and ports, the ports' names), so each rule's estimated cost is finite.
+fn bound_pod_template(template: &mut Value) {
+    let containers = node(template, "spec.containers");
+    containers["maxItems"] = json!(MAX_CONTAINERS);
+    let container = node(containers, "[]");
+    node(container, "name")["maxLength"] = json!(MAX_CONTAINER_NAME);
+    node(container, "image")["maxLength"] = json!(MAX_IMAGE);
+    let ports = node(container, "ports");
+    ports["maxItems"] = json!(MAX_PORTS);
+    node(ports, "[].name")["maxLength"] = json!(MAX_PORT_NAME);
 }
 
 /// The schema node at `at` (see [`Rule::at`]).
@@ -274,8 +245,7 @@ fn node<'a>(schema: &'a mut Value, at: &str) -> &'a mut Value {
 
 /// Writes the bounds and the rules into the TFJob's `openAPIV3Schema`.
 pub fn add_to_schema(schema: &mut Value) {
-    let template = node(schema, &format!("{REPLICA}.template"));
-    *template = pod_template_schema(template.get("description").cloned());
+    bound_pod_template(node(schema, &format!("{REPLICA}.template")));
     node(schema, REPLICA_SPECS)["maxProperties"] = json!(MAX_REPLICA_TYPES);
     node(schema, MANAGED_BY)["maxLength"] = json!(MAX_MANAGED_BY);
     for rule in rules() {

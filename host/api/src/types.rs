@@ -74,7 +74,7 @@ pub struct ReplicaSpec {
     // plain comment: doc comments become the CRD's descriptions.)
     /// Template of every pod of this type.
     #[serde(default)]
-    #[schemars(schema_with = "preserve_unknown_object")]
+    #[schemars(schema_with = "pod_template_schema")]
     pub template: Box<PodTemplateSpec>,
 
     /// `Always`, `OnFailure`, `Never` (default) or `ExitCode`.
@@ -274,11 +274,31 @@ fn is_zero(n: &i32) -> bool {
     *n == 0
 }
 
-fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
+/// The pod template's schema: k8s-openapi's `PodTemplateSpec`, whole, so a real API server
+/// prunes and reports a misspelt field of a container (`imagePullPolicyy`) as it does in a Pod.
+/// Its descriptions are left out (`kubectl explain pod` has them): with them the CRD would pass
+/// the 256 KiB a client-side `kubectl apply` can keep in its last-applied annotation.
+fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<PodTemplateSpec>().to_value();
+    strip_descriptions(&mut schema);
+    schemars::Schema::try_from(schema).expect("a schema stays an object without descriptions")
+}
+
+/// Removes the `description` keywords of a schema, not properties of that name.
+fn strip_descriptions(node: &mut serde_json::Value) {
+    match node {
+        serde_json::Value::Object(map) => {
+            if map
+                .get("description")
+                .is_some_and(serde_json::Value::is_string)
+            {
+                map.remove("description");
+            }
+            map.values_mut().for_each(strip_descriptions);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
 }
 
 impl TFJobStatus {

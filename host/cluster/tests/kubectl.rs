@@ -270,6 +270,119 @@ fn kubectl_applies_and_creates_with_default_validation() {
     assert!(err.contains("containers[0].image"), "{err}");
 }
 
+/// A TFJob with a misspelt run policy and a misspelt container field.
+const MISSPELT_JOB: &str = "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: NAME}\nspec:\n  runPolicy: {cleanPodPolicyy: All}\n  tfReplicaSpecs:\n    Worker:\n      template:\n        spec:\n          containers: [{name: tensorflow, image: trainer:1, imagePullPolicyy: Always}]\n";
+
+#[test]
+fn misspelt_fields_are_refused_warned_about_or_pruned_as_kubectl_asks() {
+    let k = start();
+    let job = |name: &str| k.file(&format!("{name}.yaml"), &MISSPELT_JOB.replace("NAME", name));
+    let run_policy = r#"unknown field "spec.runPolicy.cleanPodPolicyy""#;
+    let container = r#"unknown field "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy""#;
+
+    // kubectl's default, --validate=strict: refused, naming both fields.
+    for verb in [&["apply", "-f"][..], &["create", "-f"]] {
+        let err = k.fails(&[verb, &[job("strict").as_str()]].concat());
+        assert!(
+            err.contains(
+                r#"TFJob in version "v1" cannot be handled as a TFJob: strict decoding error: "#
+            ),
+            "{err}"
+        );
+        assert!(err.contains(run_policy) && err.contains(container), "{err}");
+    }
+    let tfjobs = k.store.resource("kubeflow.org", "tfjobs").unwrap();
+    assert!(k.store.list(&tfjobs, None).0.is_empty());
+
+    // --validate=warn: created, each field printed as a warning, and gone from the object.
+    let out = k.run(&["apply", "--validate=warn", "-f", &job("warned")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("Warning: {run_policy}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("Warning: {container}")),
+        "{stderr}"
+    );
+
+    // --validate=false: created in silence, the fields pruned.
+    let out = k.run(&["apply", "--validate=false", "-f", &job("quiet")]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    for name in ["warned", "quiet"] {
+        // (The last-applied annotation keeps what was sent, as on a real cluster.)
+        let spec = k.ok(&["get", "tfjob", name, "-o", "jsonpath={.spec}"]);
+        assert!(spec.contains(r#""image":"trainer:1""#), "{spec}");
+        assert!(
+            !spec.contains("cleanPodPolicyy") && !spec.contains("imagePullPolicyy"),
+            "{spec}"
+        );
+    }
+
+    // An update is held to the same rule.
+    let err = k.fails(&["replace", "-f", &job("quiet")]);
+    assert!(err.contains(run_policy), "{err}");
+    // kubectl patch leaves the choice to the server, whose default warns and prunes.
+    let out = k.run(&[
+        "patch",
+        "tfjob",
+        "quiet",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"runPolicy":{"cleanPodPolicyy":"All"}}}"#,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("Warning: {run_policy}")),
+        "{stderr}"
+    );
+
+    // Built-in kinds by their Go types' schemas.
+    let cm = k.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typo}\ndatta: {a: b}\n",
+    );
+    let err = k.fails(&["apply", "-f", &cm]);
+    assert!(
+        err.contains(r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "datta""#),
+        "{err}"
+    );
+    let err = k.fails(&["create", "-f", &cm]);
+    assert!(err.contains(r#"unknown field "datta""#), "{err}");
+
+    // Duplicate fields (kubectl's YAML parser refuses them first, so a raw client sends them).
+    let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice"},"data":{"a":"1","a":"2"}}"#;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (head, answer) = raw_exchange(
+        k.addr,
+        &format!("POST {path}?fieldValidation=Strict HTTP/1.1\r\nContent-Type: application/json"),
+        body,
+    );
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert!(
+        answer.contains(r#"strict decoding error: duplicate field \"data.a\""#),
+        "{answer}"
+    );
+    let (head, answer) = raw_exchange(
+        k.addr,
+        &format!("POST {path} HTTP/1.1\r\nContent-Type: application/json"),
+        body,
+    );
+    assert!(head.starts_with("HTTP/1.1 201"), "{head}");
+    assert!(
+        head.to_lowercase()
+            .contains(r#"warning: 299 - "duplicate field \"data.a\"""#),
+        "{head}"
+    );
+    assert!(
+        answer.contains(r#""a":"2""#),
+        "the last value wins: {answer}"
+    );
+}
+
 #[test]
 fn kubectl_drives_the_fault_endpoint() {
     let k = start();
@@ -485,6 +598,12 @@ fn wasm_module() -> Vec<u8> {
 
 /// Sends one raw HTTP request and returns the status line and body.
 fn raw_request(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
+    let (head, body) = raw_exchange(addr, head, body);
+    (head.lines().next().unwrap_or_default().to_owned(), body)
+}
+
+/// One HTTP/1.1 request; the answer's head (status line and headers) and body.
+fn raw_exchange(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     let request = format!(
@@ -497,10 +616,7 @@ fn raw_request(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, 
     stream.read_to_end(&mut response).unwrap();
     let response = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (
-        head.lines().next().unwrap_or_default().to_owned(),
-        body.to_owned(),
-    )
+    (head.to_owned(), body.to_owned())
 }
 
 #[test]

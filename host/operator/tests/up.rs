@@ -288,8 +288,41 @@ fn up_lets_a_job_wait_for_a_declared_node_pool() {
         ],
         |reason| reason == "Unschedulable",
     );
+    let waiting = std::time::Instant::now();
+    // Meanwhile: a misspelt job is refused as a real cluster refuses it, naming both fields,
+    // and with `--validate=warn` (a server-side dry run here) the server warns of each.
+    let misspelt = "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: misspelt}\nspec:\n  runPolicy: {cleanPodPolicyy: All}\n  tfReplicaSpecs:\n    Worker:\n      template:\n        spec:\n          containers: [{name: tensorflow, image: trainer:1, imagePullPolicyy: Always}]\n";
+    let fields = [
+        r#"unknown field "spec.runPolicy.cleanPodPolicyy""#,
+        r#"unknown field "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy""#,
+    ];
+    let refused = up.kubectl_output(&["-n", "vision", "apply", "-f", "-"], Some(misspelt));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("strict decoding error"), "{stderr}");
+    assert!(fields.iter().all(|f| stderr.contains(f)), "{stderr}");
+    let warned = up.kubectl_output(
+        &[
+            "-n",
+            "vision",
+            "apply",
+            "--validate=warn",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        Some(misspelt),
+    );
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(warned.status.success(), "{stderr}");
+    assert!(
+        fields
+            .iter()
+            .all(|f| stderr.contains(&format!("Warning: {f}"))),
+        "{stderr}"
+    );
     // Well past the 2 s grace period, classified again meanwhile, the job still waits.
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(waiting.elapsed()));
     let state = in_vision(&up, "tfjob/too-big", "{.status.conditions[*].type}");
     assert!(!state.contains("Failed"), "{state}");
     let phase = in_vision(&up, "pod/too-big-worker-0", "{.status.phase}");

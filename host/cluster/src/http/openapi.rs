@@ -8,8 +8,9 @@
 //! and without that it refuses to go on unless told `--validate=false`. So the server publishes,
 //! for every served group-version, the operations kubectl asks about and a schema per kind:
 //! a CRD's own `openAPIV3Schema` for custom resources, and for built-in types a schema that
-//! names the common fields and preserves the rest (the embedded server stores built-in objects
-//! as they come; it never claimed to check them field by field).
+//! names the common fields and preserves the rest. (That is all kubectl reads of it: the
+//! server checks every field itself, by the Go types' schemas, in
+//! [`crate::admission::fields`].)
 //!
 //! Each index entry carries a hash of its document, as a real server's does, so a client's HTTP
 //! cache never serves a document from before a CRD changed.

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tfjob_policy_logic::label_selector::LabelSelector;
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::admission::fields::{self, FieldProblem, FieldValidation};
 use crate::auth::access::Access;
 use crate::error::{ApiError, StatusCause};
 use crate::faults::Faults;
@@ -297,6 +298,8 @@ async fn serve_request(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let table = crate::http::table::wants_table(accept);
+    // What `fieldValidation=Warn` (the default) tells the client of a write's fields.
+    let mut warnings = Vec::new();
     let result = match (&method, &target.name) {
         (&Method::GET, None) => match ListOptions::from_query(&query) {
             Ok(options) if options.watch => {
@@ -324,24 +327,42 @@ async fn serve_request(
                     (200, o)
                 }
             }),
-        (&Method::POST, None) => WriteOptions::from_query(&query, Write::Create)
-            .and_then(|options| create(&server.store, &target, &body, commit_of(&options))),
+        (&Method::POST, None) => {
+            WriteOptions::from_query(&query, Write::Create).and_then(|options| {
+                let obj = decode_object(&target.t, &options, &body, &mut warnings)?;
+                server
+                    .store
+                    .create_with(
+                        &target.t,
+                        target.namespace.as_deref(),
+                        obj,
+                        commit_of(&options),
+                    )
+                    .map(|o| (201, o))
+            })
+        }
         (&Method::PUT, Some(name)) => WriteOptions::from_query(&query, Write::Update)
-            .and_then(|options| Ok((commit_of(&options), parse_body(&body)?)))
-            .and_then(|(commit, b)| {
+            .and_then(|options| {
+                let obj = decode_object(&target.t, &options, &body, &mut warnings)?;
                 server.store.replace_with(
                     &target.t,
                     target.namespace.as_deref(),
                     name,
-                    b,
+                    obj,
                     target.part,
-                    commit,
+                    commit_of(&options),
                 )
             })
             .map(|o| (200, o)),
-        (&Method::PATCH, Some(name)) => {
-            patch(&server.store, &target, name, &headers, &query, &body)
-        }
+        (&Method::PATCH, Some(name)) => patch(
+            &server.store,
+            &target,
+            name,
+            &headers,
+            &query,
+            &body,
+            &mut warnings,
+        ),
         (&Method::DELETE, Some(name)) => delete_options(&body, &query)
             .and_then(|opts| {
                 server
@@ -365,15 +386,109 @@ async fn serve_request(
             if method != Method::GET && !dry_run {
                 after_write(&server.store, &target.t, &method, &obj);
             }
-            if !table
+            let mut response = if !table
                 && crate::http::protobuf::prefers_protobuf(accept)
                 && let Some(response) = protobuf_response(code, &obj)
             {
-                return response;
-            }
-            json_response(code, &obj)
+                response
+            } else {
+                json_response(code, &obj)
+            };
+            add_warnings(&mut response, &warnings);
+            response
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// A create's or update's body, decoded as the API server decodes it: parsed (noting duplicate
+/// fields unless told to ignore them), pruned by the type's schema, and refused under
+/// `fieldValidation=Strict` when either found something; under `Warn` what was found becomes
+/// `warnings`.
+fn decode_object(
+    t: &ResourceType,
+    options: &WriteOptions,
+    body: &Bytes,
+    warnings: &mut Vec<String>,
+) -> Result<Value, ApiError> {
+    let validation = FieldValidation::from_query(options.field_validation.as_deref());
+    let (mut obj, duplicates) = parse_noting_duplicates(body, validation)?;
+    let unknown = match fields::schema_of(t) {
+        Some(schema) => schema.prune(&mut obj),
+        None => Vec::new(),
+    };
+    judge_fields(t, validation, unknown, duplicates, warnings)?;
+    Ok(obj)
+}
+
+/// The body as JSON, with the paths of its duplicate fields unless they are to be ignored.
+fn parse_noting_duplicates(
+    body: &Bytes,
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
+    if validation == FieldValidation::Ignore {
+        return Ok((parse_body(body)?, Vec::new()));
+    }
+    crate::http::strict_json::parse(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))
+}
+
+/// What a write's unknown and duplicate fields mean under its `fieldValidation`: a refusal
+/// (`Strict`), warnings (`Warn`) or nothing (`Ignore`).
+fn judge_fields(
+    t: &ResourceType,
+    validation: FieldValidation,
+    unknown: Vec<String>,
+    duplicates: Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let problems: Vec<FieldProblem> = duplicates
+        .into_iter()
+        .map(FieldProblem::Duplicate)
+        .chain(unknown.into_iter().map(FieldProblem::Unknown))
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    match validation {
+        FieldValidation::Strict => Err(fields::strict_error(t, &problems)),
+        FieldValidation::Warn => {
+            warnings.extend(
+                problems
+                    .iter()
+                    .take(fields::MAX_REPORTED)
+                    .map(ToString::to_string),
+            );
+            if problems.len() > fields::MAX_REPORTED {
+                warnings.push(format!(
+                    "and {} more unknown or duplicate fields",
+                    problems.len() - fields::MAX_REPORTED
+                ));
+            }
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
+    }
+}
+
+/// `Warning: 299 - "text"` headers, as the API server sends them and kubectl prints them. The
+/// text is a field path a client chose: control characters are escaped, quotes and backslashes
+/// quoted, so no header can be split or broken.
+fn add_warnings(response: &mut Response, warnings: &[String]) {
+    for warning in warnings {
+        let escaped: String = warning
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c if c.is_control() => c.escape_default().collect(),
+                c => vec![c],
+            })
+            .collect();
+        if let Ok(value) =
+            header::HeaderValue::from_bytes(format!("299 - \"{escaped}\"").as_bytes())
+        {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
 }
 
@@ -537,18 +652,6 @@ fn list(
     ))
 }
 
-fn create(
-    store: &Store,
-    target: &Target,
-    body: &Bytes,
-    commit: Commit,
-) -> Result<(u16, Arc<Value>), ApiError> {
-    let obj = parse_body(body)?;
-    store
-        .create_with(&target.t, target.namespace.as_deref(), obj, commit)
-        .map(|o| (201, o))
-}
-
 /// Whether a write's options ask for it to be stored or only answered.
 fn commit_of(options: &WriteOptions) -> Commit {
     if options.dry_run {
@@ -565,15 +668,31 @@ fn patch(
     headers: &HeaderMap,
     query: &Query,
     body: &Bytes,
+    warnings: &mut Vec<String>,
 ) -> Result<(u16, Arc<Value>), ApiError> {
     let options = WriteOptions::from_query(query, Write::Patch)?;
+    let validation = FieldValidation::from_query(options.field_validation.as_deref());
+    let schema = fields::schema_of(&target.t);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/merge-patch+json");
+    let (mut parsed, duplicates) = parse_noting_duplicates(body, validation)?;
+    let unknown = match &schema {
+        Some(schema) if content_type.starts_with("application/json-patch+json") => {
+            match parsed.as_array_mut() {
+                Some(ops) => schema.prune_json_patch(ops),
+                None => Vec::new(),
+            }
+        }
+        Some(schema) => schema.prune_patch(&mut parsed),
+        None => Vec::new(),
+    };
+    judge_fields(&target.t, validation, unknown, duplicates, warnings)?;
+    let body = parsed;
     let patch = if content_type.starts_with("application/json-patch+json") {
         Patch::Json(
-            serde_json::from_slice(body)
+            serde_json::from_value(body)
                 .map_err(|e| ApiError::bad_request(format!("json patch: {e}")))?,
         )
     } else if content_type.starts_with("application/apply-patch") {
@@ -589,10 +708,7 @@ fn patch(
                 }],
             ));
         };
-        Patch::Apply {
-            body: parse_body(body)?,
-            manager,
-        }
+        Patch::Apply { body, manager }
     } else if content_type.starts_with("application/strategic-merge-patch+json") {
         // Strategic merge needs the Go types' merge keys; custom resources have none, and a
         // real server refuses the patch type for them.
@@ -605,9 +721,9 @@ fn patch(
                 ),
             ));
         }
-        Patch::Strategic(parse_body(body)?)
+        Patch::Strategic(body)
     } else {
-        Patch::Merge(parse_body(body)?)
+        Patch::Merge(body)
     };
     store
         .patch_with(
