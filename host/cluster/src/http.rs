@@ -1,7 +1,7 @@
 //! The HTTP front, as the API server's handler chain: routing and discovery ([`server`]), the
 //! query parameters of every verb ([`query`]), paged lists from one snapshot ([`paging`]), the responses' shapes (JSON helpers in
 //! [`respond`], [`table`] and [`protobuf`] for kubectl, [`openapi`] for schemas), `pods/log`
-//! ([`pod_log`]), strict parsing of request bodies ([`strict_json`]), request accounting ([`requests`]) and the test-only [`debug`] endpoints.
+//! ([`pod_log`]), strict parsing of request bodies ([`strict_json`]), HTTPS ([`tls`]), request accounting ([`requests`]) and the test-only [`debug`] endpoints.
 
 pub(crate) mod debug;
 pub mod openapi;
@@ -14,3 +14,4 @@ pub(crate) mod respond;
 pub mod server;
 pub mod strict_json;
 pub mod table;
+pub mod tls;

@@ -384,6 +384,73 @@ fn misspelt_fields_are_refused_warned_about_or_pruned_as_kubectl_asks() {
 }
 
 #[test]
+fn https_serves_kubectl_past_a_client_that_never_completes_its_handshake() {
+    use base64::Engine as _;
+    let certificates = tfjob_cluster::http::tls::ServingCertificates::generate().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = ServerOptions {
+        tls: Some(certificates.server_config().unwrap()),
+        ..ServerOptions::default()
+    };
+    // Over HTTPS kubectl asks for a password when its user has no credentials: the
+    // administrator presents a token, as `up`'s kubeconfig does.
+    options.access.tokens.accept(
+        certificates.admin_token(),
+        tfjob_cluster::auth::rbac::UserInfo::admin("admin"),
+    );
+    let running = runtime
+        .block_on(tfjob_cluster::http::server::start_with(
+            Store::new(),
+            0,
+            options,
+        ))
+        .unwrap();
+    // Connections that stall before or inside the handshake hold only their own task.
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        stalled.push(std::net::TcpStream::connect(running.addr).unwrap());
+    }
+    use std::io::Write as _;
+    stalled[0]
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0xff])
+        .unwrap();
+    // Plain HTTP to the HTTPS port gets no answer a client could mistake for the API.
+    let (head, _) = raw_request(running.addr, "GET /api HTTP/1.1", b"");
+    assert!(!head.contains("200"), "{head}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = base64::engine::general_purpose::STANDARD.encode(certificates.ca_pem());
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: tls\n  cluster:\n    server: https://{}\n    certificate-authority-data: {ca}\ncontexts:\n- name: tls\n  context: {{cluster: tls, user: admin}}\ncurrent-context: tls\nusers:\n- name: admin\n  user: {{token: {}}}\n",
+            running.addr,
+            certificates.admin_token()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("kubectl")
+        .args(["get", "--raw", "/api", "--request-timeout=20s"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECACHEDIR", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("APIVersions"), "{stdout}");
+    drop(stalled);
+}
+
+#[test]
 fn kubectl_drives_the_fault_endpoint() {
     let k = start();
     let shown = k.ok(&["get", "--raw", "/debug/faults"]);

@@ -20,9 +20,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
 use tfjob_cluster::auth::access::Access;
+use tfjob_cluster::auth::rbac::UserInfo;
+use tfjob_cluster::auth::tokens::ADMIN;
 use tfjob_cluster::faults::{FaultConfig, Faults};
 use tfjob_cluster::http::requests::RequestStats;
 use tfjob_cluster::http::server::{RunningServer, ServerOptions};
+use tfjob_cluster::http::tls::{ServingCertificates, TlsError};
 use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_cluster::kueue::KueueConfig;
 use tfjob_cluster::storage::durable::{Durable, DurableError};
@@ -85,6 +88,21 @@ pub struct ClusterOptions {
     /// the admin client and kubeconfig keep full access. See
     /// [`EmbeddedCluster::run_operator_as`] for running the operator with less.
     pub authorize: bool,
+    /// How the API server serves: HTTPS (the default) or plain HTTP.
+    pub serving: Serving,
+}
+
+/// How the API server serves its clients.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Serving {
+    /// HTTPS, with a CA and serving certificate made at start.
+    #[default]
+    Https,
+    /// HTTPS, with the CA and serving certificate kept in this directory (made there at the
+    /// first start, loaded at the next), so kubeconfigs written before still work.
+    HttpsKeptIn(PathBuf),
+    /// Plain HTTP (`up --plain-http`).
+    PlainHttp,
 }
 
 impl ClusterOptions {
@@ -110,6 +128,7 @@ impl ClusterOptions {
             simulate_kueue: false,
             leader_election: None,
             authorize: false,
+            serving: Serving::Https,
         }
     }
 }
@@ -129,6 +148,8 @@ pub enum StartError {
     },
     #[error("fault configuration: {0}")]
     Faults(String),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("creating the client for the embedded server: {0}")]
     Client(#[from] kube::Error),
     #[error("a token for service account {namespace}/{name}: {source}")]
@@ -179,6 +200,8 @@ struct Operator {
 pub struct EmbeddedCluster {
     store: Arc<Store>,
     addr: SocketAddr,
+    /// The CA and serving certificate, when the server serves HTTPS.
+    certificates: Option<ServingCertificates>,
     client: Client,
     /// The operator's own client (user agent `tfjob-operator/...`).
     operator_client: Client,
@@ -231,12 +254,27 @@ impl EmbeddedCluster {
             None => None,
         };
         let faults = Faults::new(options.faults).map_err(|e| StartError::Faults(e.to_string()))?;
+        let certificates = match &options.serving {
+            Serving::Https => Some(ServingCertificates::generate()?),
+            Serving::HttpsKeptIn(dir) => Some(ServingCertificates::load_or_generate(dir)?),
+            Serving::PlainHttp => None,
+        };
+        let access = Access {
+            authorize: options.authorize,
+            ..Access::default()
+        };
+        if let Some(certificates) = &certificates {
+            access
+                .tokens
+                .accept(certificates.admin_token(), UserInfo::admin(ADMIN));
+        }
         let server_options = ServerOptions {
             faults,
-            access: Access {
-                authorize: options.authorize,
-                ..Access::default()
-            },
+            access,
+            tls: certificates
+                .as_ref()
+                .map(ServingCertificates::server_config)
+                .transpose()?,
             ..ServerOptions::default()
         };
         let server = tfjob_cluster::http::server::start_with(
@@ -250,10 +288,16 @@ impl EmbeddedCluster {
             source,
         })?;
         let addr = server.addr;
-        let url = format!("http://{addr}")
+        let scheme = if certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://{addr}")
             .parse()
             .expect("a socket address makes a valid URL");
-        let config = Config::new(url);
+        let mut config = Config::new(url);
+        config.root_cert = certificates.as_ref().map(|c| vec![c.ca_der()]);
         let client = Client::try_from(config.clone())?;
         // The operator has a client of its own, named, so requests are told apart by agent.
         let api_metrics = ApiMetrics::default();
@@ -267,7 +311,10 @@ impl EmbeddedCluster {
                 .get_or_insert_with(|| scheduler.scheduler_name().to_owned());
         }
         let kubelet = tfjob_cluster::kubelet::spawn(Arc::clone(&store), kubelet_config);
-        let namespaces = tfjob_cluster::namespaces::spawn(Arc::clone(&store));
+        let namespaces = tfjob_cluster::namespaces::spawn(
+            Arc::clone(&store),
+            certificates.as_ref().map(|c| c.ca_pem().to_owned()),
+        );
         let kueue = options.simulate_kueue.then(|| {
             let config = KueueConfig {
                 integration: !options.kueue_workloads,
@@ -278,6 +325,7 @@ impl EmbeddedCluster {
         let mut cluster = EmbeddedCluster {
             store,
             addr,
+            certificates,
             client,
             operator_client,
             api_metrics,
@@ -336,18 +384,47 @@ impl EmbeddedCluster {
         self.kubeconfig_for("developer", None)
     }
 
-    /// A kubeconfig whose user `user` presents `token` (none: the administrator). kubectl
-    /// sends no token over plain HTTP, so it is for clients that do (kube-rs, the Python
-    /// client); kubectl acts as a service account with `--as` instead.
+    /// A kubeconfig whose user `user` presents `token` (none: the administrator, whose token
+    /// it carries over HTTPS), trusting the server's CA when it serves HTTPS. (kubectl sends no token over plain HTTP: there it acts
+    /// as a service account with `--as` instead.)
     pub fn kubeconfig_for(&self, user: &str, token: Option<&str>) -> String {
+        let token = token.or(self
+            .certificates
+            .as_ref()
+            .map(ServingCertificates::admin_token));
         let credentials = match token {
             Some(token) => format!("\n    token: {token}"),
             None => " {}".to_owned(),
         };
+        let (server, trust) = match &self.certificates {
+            Some(certificates) => {
+                use base64::Engine as _;
+                let ca = base64::engine::general_purpose::STANDARD.encode(certificates.ca_pem());
+                (
+                    format!("https://{}", self.addr),
+                    format!("\n    certificate-authority-data: {ca}"),
+                )
+            }
+            None => (format!("http://{}", self.addr), String::new()),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: {user}\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: {user}\n  user:{credentials}\n",
-            self.addr
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: {server}{trust}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: {user}\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: {user}\n  user:{credentials}\n",
         )
+    }
+
+    /// The API server's URL: `https://127.0.0.1:PORT`, or `http://` when it serves plain HTTP.
+    pub fn url(&self) -> String {
+        let scheme = if self.certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA (PEM) clients trust the server by, when it serves HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.certificates.as_ref().map(ServingCertificates::ca_pem)
     }
 
     /// Writes [`kubeconfig`](Self::kubeconfig) to `path`, creating its directory.

@@ -13,7 +13,7 @@ use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_planner::gang::GangScheduler;
 use tfjob_policy_engine::SandboxLimits;
 
-use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
+use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster, Serving};
 
 /// The operator's namespace and RBAC as `deploy/` ships them, which `up --authorize` applies.
 const DEPLOYED_NAMESPACE: &str = include_str!("../../../deploy/overlays/standalone/namespace.yaml");
@@ -85,6 +85,11 @@ pub struct UpArgs {
     /// acts as an account).
     #[arg(long, conflicts_with = "no_operator")]
     pub authorize: bool,
+    /// Serve plain HTTP instead of HTTPS. By default the API server serves HTTPS with a CA and
+    /// certificate made at the first start (kept in `STATE.pki/` beside `--state`) and written
+    /// into the kubeconfig as `certificate-authority-data`.
+    #[arg(long)]
+    pub plain_http: bool,
     /// Submit the jobs in `deploy/examples/` and show them run to the end, then stop.
     #[arg(long)]
     pub demo: bool,
@@ -125,6 +130,16 @@ async fn run_operator_with_deployed_rbac(
     cluster.start_operator();
     println!("Authorizing by RBAC; the operator runs as system:serviceaccount:{namespace}:{name}");
     Ok(())
+}
+
+/// HTTPS unless asked for plain HTTP; with a state database, the certificates are kept beside
+/// it (`state.db` → `state.pki/`), so a restart serves the CA its kubeconfigs hold.
+fn serving(plain_http: bool, state: Option<&std::path::Path>) -> Serving {
+    match (plain_http, state) {
+        (true, _) => Serving::PlainHttp,
+        (false, Some(state)) => Serving::HttpsKeptIn(state.with_extension("pki")),
+        (false, None) => Serving::Https,
+    }
 }
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
@@ -209,6 +224,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         kueue_workloads: args.kueue_workloads,
         simulate_kueue: args.kueue,
         authorize: args.authorize,
+        serving: serving(args.plain_http, args.state.as_deref()),
     })
     .await?;
     if args.authorize {
@@ -226,7 +242,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
             json.display()
         );
     }
-    println!("Embedded cluster listening on http://{}", cluster.addr());
+    println!("Embedded cluster listening on {}", cluster.url());
     println!("export KUBECONFIG={}", kubeconfig.display());
     if args.no_operator {
         println!(

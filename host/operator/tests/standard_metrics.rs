@@ -293,6 +293,16 @@ fn the_operator_serves_the_standard_controller_metrics_and_the_dashboards_querie
     eventually("the operator is ready", || {
         (common::http_get(metrics, "/readyz")?.0 == 200).then_some(())
     });
+    // The trapping policy decorates the pods only once it is loaded: wait for its status, so
+    // that a machine slow to compile it cannot let the jobs' pods through before it serves.
+    let policy_name = trapping.metadata.name.clone().unwrap_or_default();
+    let policies: Api<ConfigMap> = Api::namespaced(client.clone(), POLICY_NS);
+    eventually("the trapping policy is active", || {
+        let cm = rt.block_on(policies.get(&policy_name)).ok()?;
+        let annotations = cm.metadata.annotations?;
+        let status = annotations.get(configmap::STATUS_ANNOTATION)?;
+        status.contains(r#""state":"Active""#).then_some(())
+    });
 
     let jobs: Api<TFJob> = Api::namespaced(client.clone(), JOBS_NS);
     rt.block_on(async {

@@ -108,10 +108,13 @@ async fn storm(client: Client, writer: usize, model: Model, seed: u64) -> (u64, 
         };
         model.lock().unwrap().get_mut(&name).unwrap().in_flight = Some(intended.clone());
         let answered: Result<u64, kube::Error> = if key == KEYS {
+            // The value twice, in two conditions, which a torn write would tell apart (fields
+            // the CRD's status schema declares: anything else is pruned, as on a real server).
             let status = json!({"status": {"conditions": [
-                {"type": "Created", "status": "True", "reason": "Storm", "message": value}
+                {"type": "Created", "status": "True", "reason": "Storm", "message": value},
+                {"type": "Running", "status": "True", "reason": "Storm", "message": value}
             ], "startTime": "2026-01-01T00:00:00Z", "lastReconcileTime": "2026-01-01T00:00:00Z",
-               "replicaStatuses": {}, "completedIndexes": {}, "tag": value}});
+               "replicaStatuses": {}, "completedIndexes": {}}});
             jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
                 .map(|j| rv_of(&j.metadata))
@@ -164,7 +167,9 @@ fn value_of_cm(cm: &ConfigMap) -> String {
 
 fn value_of_job(job: &Value) -> Option<String> {
     let status = &job["status"];
-    let tag = status["tag"].as_str().map(str::to_owned);
+    let tag = status["conditions"][1]["message"]
+        .as_str()
+        .map(str::to_owned);
     let message = status["conditions"][0]["message"]
         .as_str()
         .map(str::to_owned);

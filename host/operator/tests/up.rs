@@ -75,7 +75,8 @@ fn up_demo_runs_the_examples_to_the_end_and_summarises() {
         "{stdout}"
     );
     let text = std::fs::read_to_string(&kubeconfig).unwrap();
-    assert!(text.contains("server: http://127.0.0.1:"), "{text}");
+    assert!(text.contains("server: https://127.0.0.1:"), "{text}");
+    assert!(text.contains("certificate-authority-data: "), "{text}");
 }
 
 #[test]
@@ -108,6 +109,100 @@ fn up_demo_with_a_gang_scheduler_runs_the_competing_jobs_in_turn() {
             assert!(line.contains("Succeeded"), "{scheduler}: {line}");
         }
     }
+}
+
+/// The CA a kubeconfig `up` wrote trusts, decoded to PEM.
+fn ca_of(kubeconfig: &str) -> String {
+    use base64::Engine as _;
+    let data = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .unwrap_or_else(|| panic!("no CA in {kubeconfig}"));
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn up_serves_https_with_its_ca_in_the_kubeconfig_and_every_namespace_and_keeps_it_with_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let mut up = Up::start(
+        &["--no-operator", "--state", state.to_str().unwrap()],
+        dir.path(),
+    );
+    let written = std::fs::read_to_string(&up.kubeconfig).unwrap();
+    assert!(written.contains("server: https://127.0.0.1:"), "{written}");
+    let ca = ca_of(&written);
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    // kubectl verifies the server by the kubeconfig as written.
+    assert_eq!(
+        up.kubectl(&["get", "ns", "default", "-o", "name"]).trim(),
+        "namespace/default"
+    );
+    // Pods find the same CA in their namespace, as on a real cluster.
+    up.kubectl(&["create", "namespace", "ml"]);
+    let published = up.kubectl_until(
+        Duration::from_secs(10),
+        &[
+            "-n",
+            "ml",
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+        |text| !text.is_empty(),
+    );
+    assert_eq!(published, ca);
+    // A client that does not hold the CA is refused the connection.
+    let foreign = dir.path().join("foreign");
+    std::fs::write(
+        &foreign,
+        written.replace(
+            written
+                .lines()
+                .find(|l| l.contains("certificate-authority-data"))
+                .unwrap(),
+            "",
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("kubectl")
+        .args(["get", "ns", "--request-timeout=10s"])
+        .env("KUBECONFIG", &foreign)
+        .env("KUBECACHEDIR", dir.path().join("foreign-cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("certificate signed by unknown authority"),
+        "{stderr}"
+    );
+    // A restart on the same state serves the same CA, so kubeconfigs written before still work.
+    up.kill();
+    let again = Up::start(
+        &["--no-operator", "--state", state.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(
+        ca_of(&std::fs::read_to_string(&again.kubeconfig).unwrap()),
+        ca
+    );
+    assert!(dir.path().join("state.pki/ca.key").exists());
+    again.kubectl(&["get", "ns", "ml"]);
+
+    let plain = tempfile::tempdir().unwrap();
+    let up = Up::start(&["--no-operator", "--plain-http"], plain.path());
+    let written = std::fs::read_to_string(&up.kubeconfig).unwrap();
+    assert!(written.contains("server: http://127.0.0.1:"), "{written}");
+    assert!(!written.contains("certificate-authority-data"), "{written}");
+    up.kubectl(&["get", "ns", "default"]);
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Authentication of the embedded API server: who a request's bearer token says it is.
 //!
-//! A request without credentials is the cluster administrator's (`system:masters`). The
-//! server speaks plain HTTP on loopback, and kubectl sends no credentials over plain HTTP
-//! whatever its kubeconfig says, so the kubeconfig written for kubectl carries none and keeps
-//! full access (kubectl acts as someone else with `--as`, see [`crate::auth::impersonation`]).
+//! A request without credentials is the cluster administrator's (`system:masters`), and so is
+//! one with the administrator's token that an HTTPS kubeconfig carries ([`Tokens::accept`]):
+//! kubectl sends no credentials over plain HTTP whatever its kubeconfig says, and over HTTPS it
+//! asks for a user name and password when its user has none. kubectl acts as someone else with
+//! `--as` (see [`crate::auth::impersonation`]) or with a token.
 //! Service-account tokens come from the TokenRequest subresource
 //! (`POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`, what `kubectl create token NAME -n
 //! NS` calls) or from [`Tokens::service_account`] for tests and `up`: opaque random strings
@@ -89,7 +90,7 @@ impl std::fmt::Debug for Tokens {
 
 /// A fresh token: 256 bits from the operating system's random source. A machine that has none
 /// cannot run a server anyone could trust, hence the panic.
-fn random_token() -> String {
+pub fn random_token() -> String {
     let mut bytes = [0u8; TOKEN_BYTES];
     getrandom::fill(&mut bytes).expect("the operating system provides random bytes");
     URL_SAFE_NO_PAD.encode(bytes)
@@ -127,6 +128,18 @@ impl Tokens {
         let token = random_token();
         issued.insert(token.clone(), Issued { user, expires });
         Ok(IssuedToken { token, expires })
+    }
+
+    /// Accepts `token` as `user`'s for as long as the server runs, as a real API server's
+    /// static token file does: the administrator's token of an HTTPS kubeconfig.
+    pub fn accept(&self, token: &str, user: UserInfo) {
+        self.lock().insert(
+            token.to_owned(),
+            Issued {
+                user,
+                expires: Timestamp::MAX,
+            },
+        );
     }
 
     /// Issues a token for service account `name` in `namespace`, which must exist in `store`.

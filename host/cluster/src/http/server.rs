@@ -56,6 +56,8 @@ pub struct ServerOptions {
     pub stats: RequestStats,
     /// Authentication, and authorization when asked ([`crate::auth::access`]).
     pub access: Access,
+    /// HTTPS with this configuration ([`crate::http::tls`]); plain HTTP without.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The server's state.
@@ -136,9 +138,16 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(store, options))
-        .with_graceful_shutdown(shutdown)
-        .await
+    match options.tls.clone() {
+        Some(config) => {
+            crate::http::tls::serve(listener, router(store, options), config, shutdown).await
+        }
+        None => {
+            axum::serve(listener, router(store, options))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 /// Binds a loopback port (0 picks a free one) and serves in the background.
