@@ -498,7 +498,7 @@ fn workloads_the_operator_owns_queue_admit_evict_and_place_jobs() {
 }
 
 /// The interpreter with the Kubeflow SDK (`kubeflow-training` 1.9) installed, from
-/// `TFJOB_PYTHON`, as `.ci/run` sets it up; without one the SDK test says so and passes.
+/// `TFJOB_PYTHON`, as `tests/run` sets it up; without one the SDK test says so and passes.
 fn python_with_sdk() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("TFJOB_PYTHON").map(std::path::PathBuf::from)?;
     let has_sdk = std::process::Command::new(&python)
@@ -507,7 +507,7 @@ fn python_with_sdk() -> Option<std::path::PathBuf> {
         .is_ok_and(|s| s.success());
     if !has_sdk {
         eprintln!(
-            "SKIPPED: {} has no kubeflow-training; .ci/run installs kubeflow-training==1.9.3",
+            "SKIPPED: {} has no kubeflow-training; tests/run installs kubeflow-training==1.9.3",
             python.display()
         );
         return None;

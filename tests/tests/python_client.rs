@@ -7,7 +7,7 @@
 //!   each made of short streams resumed from the last resourceVersion, while the job runs.
 //!
 //! Both need a Python with that client (and pytest): `TFJOB_PYTHON` names its interpreter, as
-//! `.ci/run` sets it up in a throw-away virtual environment. Without it the tests say so and
+//! `tests/run` sets it up in a throw-away virtual environment. Without it the tests say so and
 //! pass; CI always sets it.
 
 mod common;
@@ -24,7 +24,7 @@ fn python() -> Option<PathBuf> {
     if python.is_none() {
         eprintln!(
             "SKIPPED: TFJOB_PYTHON is not set; point it at a Python with `kubernetes==35.0.0` and \
-             pytest installed (.ci/run makes one)"
+             pytest installed (tests/run makes one)"
         );
     }
     python

@@ -17,7 +17,7 @@
 //! `cargo bench -p tfjob-operator --bench loaded_policies`; `TFJOB_LOADED_RUST` (default 100),
 //! `TFJOB_LOADED_PYTHON` (20) and `TFJOB_LOADED_JS` (10) set the counts, 0 skips a language.
 //! The Python and JavaScript tools are found as the tests find them (`TFJOB_COMPONENTIZE_PY`,
-//! `TFJOB_COMPONENTIZE_JS`, see `.ci/run`).
+//! `TFJOB_COMPONENTIZE_JS`, see `tests/run`).
 
 use std::path::Path;
 use std::sync::Arc;

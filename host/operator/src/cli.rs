@@ -57,3 +57,56 @@ pub enum ConfigCommand {
     )]
     Defaults,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::{Cli, Command};
+    use crate::policy_cmd::PolicyCommand;
+    use crate::shared::ClusterScope;
+
+    fn scope_of(args: &[&str]) -> Result<ClusterScope, String> {
+        let argv = ["tfjob-operator", "policy"].iter().chain(args);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Command::Policy(PolicyCommand::List(args)) => Ok(args.scope),
+            Command::Policy(PolicyCommand::Diff(args)) => Ok(args.scope),
+            other => panic!("not list or diff: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn list_and_diff_share_their_cluster_flags_each_with_its_own_default_namespace() {
+        let list = scope_of(&["list"]).unwrap();
+        assert_eq!(list.namespace, "tfjob-system");
+        assert!(!list.all_namespaces && list.kubeconfig.is_none());
+        let diff = scope_of(&["diff", "--policy", "new.wasm"]).unwrap();
+        assert_eq!(diff.namespace, "default");
+
+        let chosen = scope_of(&[
+            "diff",
+            "--policy",
+            "new.wasm",
+            "-n",
+            "ml",
+            "--kubeconfig",
+            "k",
+        ])
+        .unwrap();
+        assert_eq!(chosen.namespace, "ml");
+        assert_eq!(
+            chosen.kubeconfig.as_deref(),
+            Some(std::path::Path::new("k"))
+        );
+        assert!(scope_of(&["list", "-A"]).unwrap().all_namespaces);
+
+        for command in [&["list"][..], &["diff", "--policy", "new.wasm"]] {
+            let both = [command, &["-n", "ml", "-A"]].concat();
+            let error = scope_of(&both).unwrap_err();
+            assert!(error.contains("cannot be used with"), "{error}");
+        }
+    }
+}

@@ -45,10 +45,17 @@ use tfjob_policy_engine::{
 };
 use tfjob_policy_sync::read_caches;
 
+use crate::shared::ClusterScope;
+
 /// Differences reported per pod at most; the count says if there were more.
 const MAX_FIELDS: usize = 200;
 
 #[derive(Debug, Args)]
+#[command(mut_arg("namespace", |a| a
+    .required(false)
+    .default_value("default")
+    .help("Look at the TFJobs of this namespace")))]
+#[command(mut_arg("all_namespaces", |a| a.help("Look at the TFJobs of every namespace")))]
 pub struct DiffArgs {
     /// The candidate's `.wasm` component (with `--configmap`, replaces the ConfigMap's module).
     #[arg(long, value_name = "NEW.wasm", required_unless_present = "configmap")]
@@ -69,21 +76,8 @@ pub struct DiffArgs {
     /// `--policy-cluster-namespace`) [default: tfjob-system].
     #[arg(long = "policy-cluster-namespace", value_name = "NS")]
     pub cluster_namespaces: Vec<String>,
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, then in-cluster].
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Look at the TFJobs of this namespace.
-    #[arg(
-        short = 'n',
-        long,
-        default_value = "default",
-        value_name = "NS",
-        conflicts_with = "all_namespaces"
-    )]
-    pub namespace: String,
-    /// Look at the TFJobs of every namespace.
-    #[arg(short = 'A', long)]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: ClusterScope,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: DiffFormat,
@@ -297,10 +291,10 @@ fn candidate(
 }
 
 async fn read_cluster(args: &DiffArgs) -> anyhow::Result<Observed> {
-    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
+    let client = crate::shared::client(args.scope.kubeconfig.as_deref()).await?;
     type Jobs = Api<DeserializeGuard<TFJob>>;
     let scoped = |client: kube::Client| -> (Jobs, Api<Pod>, Api<Service>) {
-        if args.all_namespaces {
+        if args.scope.all_namespaces {
             (
                 Api::all(client.clone()),
                 Api::all(client.clone()),
@@ -308,9 +302,9 @@ async fn read_cluster(args: &DiffArgs) -> anyhow::Result<Observed> {
             )
         } else {
             (
-                Api::namespaced(client.clone(), &args.namespace),
-                Api::namespaced(client.clone(), &args.namespace),
-                Api::namespaced(client, &args.namespace),
+                Api::namespaced(client.clone(), &args.scope.namespace),
+                Api::namespaced(client.clone(), &args.scope.namespace),
+                Api::namespaced(client, &args.scope.namespace),
             )
         }
     };
@@ -358,7 +352,7 @@ async fn read_objects(
     if resources.is_empty() {
         return Ok(cluster);
     }
-    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
+    let client = crate::shared::client(args.scope.kubeconfig.as_deref()).await?;
     for &resource in resources {
         let api: Api<DynamicObject> =
             Api::all_with(client.clone(), &read_caches::api_resource(resource));

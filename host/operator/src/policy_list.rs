@@ -2,8 +2,6 @@
 //! operator gave them (state, digest, the memory the serving version holds, breaker, error), as a
 //! table.
 
-use std::path::PathBuf;
-
 use anyhow::Context as _;
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -12,23 +10,17 @@ use tfjob_policy_engine::PolicyManifest;
 use tfjob_policy_engine::capabilities::Capabilities;
 use tfjob_policy_engine::configmap::{self, PolicyStatus};
 
+use crate::shared::ClusterScope;
+
 #[derive(Debug, Args)]
+#[command(mut_arg("namespace", |a| a
+    .required(false)
+    .default_value("tfjob-system")
+    .help("Namespace of the policy ConfigMaps")))]
+#[command(mut_arg("all_namespaces", |a| a.help("List policy ConfigMaps of every namespace")))]
 pub struct ListArgs {
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, then in-cluster].
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Namespace of the policy ConfigMaps.
-    #[arg(
-        short = 'n',
-        long,
-        default_value = "tfjob-system",
-        value_name = "NS",
-        conflicts_with = "all_namespaces"
-    )]
-    pub namespace: String,
-    /// List policy ConfigMaps of every namespace.
-    #[arg(short = 'A', long)]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: ClusterScope,
 }
 
 /// Prints the table of the policy ConfigMaps.
@@ -39,10 +31,10 @@ pub fn main(args: &ListArgs) -> anyhow::Result<String> {
         .context("starting the async runtime")?;
     let configmaps = runtime.block_on(fetch_policy_configmaps(args))?;
     if configmaps.is_empty() {
-        let scope = if args.all_namespaces {
+        let scope = if args.scope.all_namespaces {
             "any namespace".to_owned()
         } else {
-            format!("namespace {}", args.namespace)
+            format!("namespace {}", args.scope.namespace)
         };
         eprintln!(
             "No policy ConfigMaps (label {}) found in {scope}.",
@@ -73,11 +65,11 @@ pub fn main(args: &ListArgs) -> anyhow::Result<String> {
 }
 
 async fn fetch_policy_configmaps(args: &ListArgs) -> anyhow::Result<Vec<ConfigMap>> {
-    let client = crate::shared::client(args.kubeconfig.as_deref()).await?;
-    let api: Api<ConfigMap> = if args.all_namespaces {
+    let client = crate::shared::client(args.scope.kubeconfig.as_deref()).await?;
+    let api: Api<ConfigMap> = if args.scope.all_namespaces {
         Api::all(client)
     } else {
-        Api::namespaced(client, &args.namespace)
+        Api::namespaced(client, &args.scope.namespace)
     };
     let mut items = api
         .list(&ListParams::default().labels(configmap::POLICY_SELECTOR))

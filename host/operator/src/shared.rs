@@ -1,10 +1,31 @@
-//! What several subcommands share: the Kubernetes client from a kubeconfig (or the
-//! in-cluster account), logging, and waiting for the signal to stop.
+//! What several subcommands share: the flags that say which cluster and namespaces a command
+//! looks at, the Kubernetes client from a kubeconfig (or the in-cluster account), logging, and
+//! waiting for the signal to stop.
 
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tracing_subscriber::EnvFilter;
+
+/// The cluster a command reads and the namespaces it looks in: the flags `policy list` and
+/// `policy diff` share. Each command gives `--namespace` its own default (without one it would
+/// be required) and says what it looks for there, with `mut_arg` on its own arguments, since
+/// they look for different things.
+#[derive(Debug, clap::Args)]
+pub struct ClusterScope {
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, then in-cluster].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NS",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespace: String,
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
 
 /// The kubeconfig given by flag or `$KUBECONFIG`, else the usual inference
 /// (`~/.kube/config`, then in-cluster service account).

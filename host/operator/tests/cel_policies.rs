@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::languages::build_rust;
 use common::{expect_exit_zero, operator, repo, run};
+use tfjob_test_support::build_rust;
 
 /// Runs `policy test --suite SUITE [--policy POLICY]`; returns the report of a run that passed.
 fn suite(suite: &Path, policy: Option<&Path>) -> String {
@@ -49,7 +49,7 @@ fn the_cel_examples_pass_their_suites() {
 fn gpu_placement_passes_one_suite_as_cel_and_as_rust() {
     let rust = build_rust(
         &["example-gpu-placement"],
-        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("examples"),
+        &common::policy_target_dir("examples"),
     );
     let shared = repo("guest-policies/examples/gpu-placement/suite.yaml");
     let cel = suite(

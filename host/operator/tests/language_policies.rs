@@ -13,8 +13,8 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::languages::{build_js, build_js_with, build_python, build_rust};
 use common::{expect_exit_zero, expect_failure, expect_success, operator, repo, run};
+use tfjob_test_support::{build_js, build_js_with, build_python, build_rust};
 
 /// One test at a time: the builds take both cores, and a suite's calls run against the
 /// operator's 50 ms deadline, which a build beside them would eat into.
@@ -27,11 +27,8 @@ fn serial() -> MutexGuard<'static, ()> {
 
 /// Runs `suite` against `component` with `policy test --suite`; returns the report.
 fn suite(suite: &Path, component: &Path) -> String {
-    let mut cmd = operator();
-    cmd.args(["policy", "test", "--suite"])
-        .arg(suite)
-        .arg("--policy")
-        .arg(component);
+    let mut cmd = common::policy_test();
+    cmd.arg("--suite").arg(suite).arg("--policy").arg(component);
     let out = run(cmd, None, Duration::from_secs(300));
     let report = expect_exit_zero(
         &out,
@@ -76,7 +73,7 @@ fn one_suite_holds_every_language_to_the_same_behaviour() {
             "example-oom-permanent",
             "example-namespace-labels",
         ],
-        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("examples"),
+        &common::policy_target_dir("examples"),
     );
     for (name, world) in [
         ("team-labels", "decorator"),
@@ -129,8 +126,8 @@ fn the_sandbox_holds_for_python_and_javascript() {
     for (mib, fits) in [(8, false), (32, true)] {
         let manifest = dir.path().join(format!("memory-{mib}.yaml"));
         std::fs::write(&manifest, format!("hooks: [decorate]\nmemoryMib: {mib}\n")).unwrap();
-        let mut cmd = operator();
-        cmd.args(["policy", "test", "--hook", "decorate", "--input"])
+        let mut cmd = common::policy_test();
+        cmd.args(["--hook", "decorate", "--input"])
             .arg(&pod)
             .arg("--manifest")
             .arg(&manifest)
@@ -157,8 +154,8 @@ fn the_sandbox_holds_for_python_and_javascript() {
         &with_http,
         &[],
     );
-    let mut cmd = operator();
-    cmd.args(["policy", "test", "--hook", "decorate", "--input"])
+    let mut cmd = common::policy_test();
+    cmd.args(["--hook", "decorate", "--input"])
         .arg(&pod)
         .arg("--policy")
         .arg(&with_http);

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::cluster::Cluster;
-use common::registry::Registry;
-use common::{Killed, eventually, expect_success, operator, run, write};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use common::registry::{self, Registry, push};
+use common::{Killed, eventually, expect_success, operator, run};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use tfjob_policy_engine::configmap::{PolicyState, PolicyStatus};
@@ -49,19 +49,8 @@ struct Env {
 impl Env {
     fn start(namespaces: &[&str]) -> Env {
         let cluster = Cluster::start(|_| {});
-        let api: Api<Namespace> = Api::all(cluster.client());
-        for ns in namespaces {
-            let object = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-            let _ = cluster
-                .runtime
-                .block_on(api.create(&PostParams::default(), &object));
-        }
-        let cache = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(
-            cache.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
+        cluster.create_namespaces(namespaces);
+        let cache = common::private_dir();
         Env { cluster, cache }
     }
 
@@ -212,25 +201,14 @@ impl Drop for Sampler {
     }
 }
 
-/// Pushes `module` to `reference` with the CLI; returns the pinned reference it prints.
-fn push(dir: &Path, module: &[u8], reference: &str) -> String {
-    let file = write(dir, "push.wasm", module);
-    let mut cmd = operator();
-    cmd.args(["policy", "push", &file, reference, "--insecure"])
-        .env("HOME", "/nonexistent");
-    let out = run(cmd, None, Duration::from_secs(120));
-    expect_success(&out, "policy push").trim().to_owned()
-}
-
 /// A team's policy ConfigMap naming `reference`.
 fn referencing(namespace: &str, name: &str, reference: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": format!("tfjob-policy-{name}"), "namespace": namespace,
-                     "labels": {"policy.tfjob.dev/policy": "true"}},
-        "data": {"module": format!("oci://{reference}"),
-                 "policy.yaml": format!("name: {name}\nhooks: [decorate]\nsettings: {{team: {name}}}\n")},
-    })
+    registry::referencing(
+        namespace,
+        name,
+        reference,
+        &format!("settings: {{team: {name}}}\n"),
+    )
 }
 
 #[test]
@@ -250,9 +228,9 @@ fn a_team_adding_python_policies_past_its_share_is_refused_naming_it() {
         app.push_str(&format!("\nVARIANT = {i}\n"));
         std::fs::write(source.join("app.py"), app).unwrap();
         let component = dir.path().join(format!("p{i}.wasm"));
-        common::languages::build_python(&source, "decorator", &component);
+        tfjob_test_support::build_python(&source, "decorator", &component);
         let module = std::fs::read(&component).unwrap();
-        push(dir.path(), &module, &format!("{host}/team-a/p{i}:v1"));
+        push(dir.path(), &module, &format!("{host}/team-a/p{i}:v1"), &[]);
         references.push(format!("{host}/team-a/p{i}:v1"));
     }
 

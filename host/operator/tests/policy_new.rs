@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -360,12 +360,12 @@ fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str]) {
 /// Slow (minutes on a cold cache: it compiles the SDK and k8s-openapi for `wasm32-wasip2`): a
 /// generated crate for each choice of hooks builds as generated and passes its own suite in the
 /// sandbox; the crate with every hook (and `--reads`) also passes its native unit tests, and is made outside
-/// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it. The build cache lives
-/// in the workspace's target directory (`target/tmp/policy-new`), so later runs are fast.
+/// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it. The
+/// build cache is kept between runs (`common::policy_target_dir`), so later runs are fast.
 #[test]
 fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
     let dir = tempfile::tempdir().unwrap();
-    let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-new");
+    let target_dir = common::policy_target_dir("policy-new");
     let sdk = common::repo("guest-policies/sdk");
     let mut combos = combinations();
     // Every hook first: its native tests too.

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::registry::Registry;
-use common::{Killed, RUNTIME_LOAD, eventually, expect_success, operator, run, write};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use common::registry::{self, Registry, push};
+use common::{Killed, RUNTIME_LOAD, eventually, write};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tfjob_policy_engine::configmap::{PolicyState, PolicyStatus};
@@ -36,28 +36,10 @@ fn module(version: &str) -> Vec<u8> {
     wasm
 }
 
-/// Pushes `module` to `reference` with the CLI; returns the pinned reference it prints.
-fn push(dir: &std::path::Path, module: &[u8], reference: &str, extra: &[&str]) -> String {
-    let file = write(dir, "push.wasm", module);
-    let mut cmd = operator();
-    cmd.args(["policy", "push", &file, reference, "--insecure"])
-        .args(extra)
-        .env("HOME", "/nonexistent");
-    let out = run(cmd, None, Duration::from_secs(60));
-    expect_success(&out, "policy push").trim().to_owned()
-}
-
 /// A policy ConfigMap naming `reference`, whose policy labels pods `from-<name>: <label>`.
 fn referencing(name: &str, reference: &str, label: &str) -> ConfigMap {
-    let manifest = format!(
-        "name: {name}\nhooks: [decorate]\nsettings:\n  defaultLabels:\n    from-{name}: {label}\n"
-    );
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("tfjob-policy-{name}"), "namespace": POLICY_NS,
-                     "labels": {"policy.tfjob.dev/policy": "true"}},
-        "data": {"module": format!("oci://{reference}"), "policy.yaml": manifest},
-    }))
-    .unwrap()
+    let rest = format!("settings:\n  defaultLabels:\n    from-{name}: {label}\n");
+    serde_json::from_value(registry::referencing(POLICY_NS, name, reference, &rest)).unwrap()
 }
 
 struct Env {
@@ -69,19 +51,8 @@ struct Env {
 impl Env {
     fn start() -> Env {
         let cluster = Cluster::start(|_| {});
-        let namespaces: Api<Namespace> = Api::all(cluster.client());
-        for ns in [POLICY_NS, "ml"] {
-            let object = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-            let _ = cluster
-                .runtime
-                .block_on(namespaces.create(&PostParams::default(), &object));
-        }
-        let cache = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(
-            cache.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-        .unwrap();
+        cluster.create_namespaces(&[POLICY_NS, "ml"]);
+        let cache = common::private_dir();
         Env {
             cluster,
             registry: Registry::start(),
@@ -523,15 +494,10 @@ fn credentials_come_from_the_pull_secret_in_the_configmaps_namespace() {
 /// A policy ConfigMap naming `reference` for jobs labelled `lang: <lang>`, with the
 /// team-labels example's settings.
 fn team_labels(lang: &str, reference: &str) -> ConfigMap {
-    let manifest = format!(
-        "name: team-labels-{lang}\nhooks: [decorate]\nselector:\n  matchLabels: {{lang: {lang}}}\nsettings: {{team: {lang}-team}}\n"
-    );
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("tfjob-policy-team-labels-{lang}"), "namespace": POLICY_NS,
-                     "labels": {"policy.tfjob.dev/policy": "true"}},
-        "data": {"module": format!("oci://{reference}"), "policy.yaml": manifest},
-    }))
-    .unwrap()
+    let rest =
+        format!("selector:\n  matchLabels: {{lang: {lang}}}\nsettings: {{team: {lang}-team}}\n");
+    let name = format!("team-labels-{lang}");
+    serde_json::from_value(registry::referencing(POLICY_NS, &name, reference, &rest)).unwrap()
 }
 
 #[test]
@@ -541,9 +507,9 @@ fn policies_written_in_python_and_javascript_ship_from_the_registry() {
     let host = env.registry.host();
     let example = |path: &str| common::repo(&format!("guest-policies/examples/team-labels/{path}"));
     let python = dir.path().join("python.wasm");
-    common::languages::build_python(&example("python"), "decorator", &python);
+    tfjob_test_support::build_python(&example("python"), "decorator", &python);
     let js = dir.path().join("js.wasm");
-    common::languages::build_js(&example("js/policy.js"), "decorator", &js);
+    tfjob_test_support::build_js(&example("js/policy.js"), "decorator", &js);
 
     let _running = env.operator(&[]);
     for (lang, component) in [("python", &python), ("js", &js)] {

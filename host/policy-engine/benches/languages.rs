@@ -17,7 +17,7 @@
 //!
 //! The components are built when the bench starts: Rust with cargo (`guest` profile, into
 //! `target/bench-examples`), Python and JavaScript with `TFJOB_COMPONENTIZE_PY` and
-//! `TFJOB_COMPONENTIZE_JS` (or the tools on `PATH`; `.ci/run` shows how to install them).
+//! `TFJOB_COMPONENTIZE_JS` (or the tools on `PATH`; `tests/run` shows how to install them).
 //!
 //! Run: `cargo bench -p tfjob-policy-engine --bench languages`
 

@@ -11,12 +11,12 @@
 //!
 //! Needs Debian's `docker-registry` (the CNCF distribution registry), which the bench starts on
 //! loopback, and the two tools (`TFJOB_COMPONENTIZE_PY` and `TFJOB_COMPONENTIZE_JS`, or on
-//! `PATH`; `.ci/run` shows how to install them):
+//! `PATH`; `tests/run` shows how to install them):
 //! `cargo bench -p tfjob-policy-oci --bench activation`.
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,60 +25,16 @@ use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::signature::TrustedKeys;
 use tfjob_policy_engine::{PolicyEngine, SandboxLimits, defaults};
 use tfjob_policy_oci::{ArtifactCache, Credentials, Limits, ModuleRef, RegistryClient};
+use tfjob_test_support::{build_js, build_python, repo};
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
-
-/// `var`, else `name` as found on `PATH`.
-fn tool(var: &str, name: &str) -> PathBuf {
-    std::env::var_os(var).map_or_else(|| PathBuf::from(name), PathBuf::from)
-}
-
-/// The team-labels example built in `lang` (`python` or `js`).
+/// The team-labels example built in `lang` (`python` or `js`), as the tests build it.
 fn example(lang: &str, dir: &Path) -> Vec<u8> {
     let out = dir.join(format!("team-labels-{lang}.wasm"));
-    let wit = repo("wit/policy.wit");
     let example = repo(&format!("guest-policies/examples/team-labels/{lang}"));
-    let mut cmd = match lang {
-        "python" => {
-            let mut c = Command::new(tool("TFJOB_COMPONENTIZE_PY", "componentize-py"));
-            c.arg("-d")
-                .arg(&wit)
-                .args(["-w", "decorator", "componentize", "-p"]);
-            c.arg(repo("guest-policies/sdk-python"))
-                .arg("-p")
-                .arg(&example)
-                .arg("app");
-            c
-        }
-        _ => {
-            let mut c = Command::new(tool("TFJOB_COMPONENTIZE_JS", "componentize-js"));
-            // componentize-js reads the modules a source imports through the working
-            // directory: it must hold the SDK as well as the source.
-            c.current_dir(repo("").canonicalize().unwrap());
-            c.arg(example.join("policy.js").canonicalize().unwrap())
-                .arg("--wit")
-                .arg(&wit);
-            c.args([
-                "--world-name",
-                "decorator",
-                "--disable",
-                "http",
-                "fetch-event",
-            ]);
-            c
-        }
-    };
-    let status = cmd
-        .arg("-o")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("the {lang} build tool runs: {e}"));
-    assert!(status.success(), "building the {lang} example failed");
+    match lang {
+        "python" => build_python(&example, "decorator", &out),
+        _ => build_js(&example.join("policy.js"), "decorator", &out),
+    }
     std::fs::read(out).unwrap()
 }
 

@@ -218,7 +218,9 @@ struct Target {
 const DURABLE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Serves a request; a request that may write is answered only once what it wrote is durable
-/// (`up --state`), as a real API server answers once etcd holds the write.
+/// (`up --state`), as a real API server answers once etcd holds the write. A refused write
+/// (any answer but 2xx: a conflict, a validation error, a denial) wrote nothing and is answered
+/// at once, without waiting for the writes of others.
 async fn handle(
     State(server): State<Arc<ApiServer>>,
     method: Method,
@@ -229,10 +231,17 @@ async fn handle(
     let writes = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
     let store = Arc::clone(&server.store);
     let response = serve_request(State(server), method, uri, headers, body).await;
-    if writes && let Err(e) = store.durable(DURABLE_WITHIN).await {
+    if wrote(writes, response.status())
+        && let Err(e) = store.durable(DURABLE_WITHIN).await
+    {
         return error_response(&ApiError::new(500, "InternalError", e));
     }
     response
+}
+
+/// Whether a request may have written something: one that may write, answered with success.
+fn wrote(writes: bool, status: StatusCode) -> bool {
+    writes && status.is_success()
 }
 
 async fn serve_request(
@@ -1138,5 +1147,30 @@ fn discovery(store: &Store, segments: &[&str]) -> Option<Value> {
             .any(|t| t.group == *group && t.version == *version)
             .then(|| resources(group, version)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_writes_answered_with_success_wait_to_be_durable() {
+        assert!(wrote(true, StatusCode::OK));
+        assert!(wrote(true, StatusCode::CREATED));
+        assert!(wrote(true, StatusCode::ACCEPTED));
+        // Refused writes wrote nothing.
+        for refused in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::FORBIDDEN,
+            StatusCode::NOT_FOUND,
+            StatusCode::CONFLICT,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ] {
+            assert!(!wrote(true, refused), "{refused}");
+        }
+        assert!(!wrote(false, StatusCode::OK));
     }
 }

@@ -63,21 +63,24 @@ pub(crate) struct UnderTest {
 }
 
 /// What `policy test` gives a suite besides its file: the policy and manifest that replace the
-/// suite's own, and the operator's ceiling to test under.
+/// suite's own, the operator's ceiling to test under, and where compiled code is kept.
 pub struct Overrides<'a> {
     pub policy: Option<&'a str>,
     pub manifest: Option<&'a Path>,
     pub ceiling: &'a tfjob_operator::policy_setup::CeilingArgs,
+    /// Where compiled code is kept between runs (`--policy-cache-dir`).
+    pub cache_dir: Option<&'a Path>,
 }
 
 /// Runs every case of `suite` in the sandbox with the operator's limits. Errors are what keeps
 /// the suite from running at all (no policy, a module that does not compile).
 pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
-    let engine = PolicyEngine::new(SandboxLimits {
+    let limits = SandboxLimits {
         ceiling: args.ceiling.ceiling()?,
         reads: args.ceiling.reads()?,
         ..tfjob_operator::policy_setup::operator_limits()
-    })?;
+    };
+    let engine = crate::policy_test::test_engine(limits, args.cache_dir)?;
     let manifest = match args.manifest {
         Some(path) => Some((
             std::fs::read_to_string(path)

@@ -52,6 +52,18 @@ impl Cluster {
         self.cluster.client()
     }
 
+    /// Creates the namespaces `names` (those that exist already stay as they are).
+    pub fn create_namespaces(&self, names: &[&str]) {
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(self.client());
+        for name in names {
+            let object =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+            let _ = self
+                .runtime
+                .block_on(api.create(&kube::api::PostParams::default(), &object));
+        }
+    }
+
     /// Submits a TFJob (a full manifest) in its namespace, creating the namespace if needed.
     pub fn submit_manifest(&self, job: Value) {
         let job: TFJob = serde_json::from_value(job).unwrap();

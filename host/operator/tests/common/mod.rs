@@ -7,14 +7,12 @@
 #![allow(dead_code)]
 
 pub mod cluster;
-pub mod languages;
 pub mod registry;
 pub mod up;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// Address-space limit of a [`limited`] child (KiB), so that a runaway allocation fails the
@@ -27,6 +25,45 @@ pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(path)
+}
+
+/// A cargo target directory for the tests' own builds of policy crates: kept between runs
+/// where it can be (`tfjob_test_support::kept_between_runs`), else in this build's `target/tmp`.
+pub fn policy_target_dir(name: &str) -> PathBuf {
+    tfjob_test_support::policy_target_dir(name, Path::new(env!("CARGO_TARGET_TMPDIR")))
+}
+
+/// A directory for compiled policies kept between runs (mode 0700, as `--policy-cache-dir`
+/// wants it), where [`tfjob_test_support::kept_between_runs`] allows one. Files written more
+/// than two weeks ago go (a file still in use is compiled again once).
+pub fn compiled_policies_dir() -> Option<PathBuf> {
+    let dir = tfjob_test_support::kept_between_runs("compiled-policies")?;
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    tfjob_test_support::forget_unused(&dir.join("compiled"));
+    Some(dir)
+}
+
+/// `policy test`, keeping compiled code between runs where it can, as an author iterating on a
+/// policy would: a Python or JavaScript component takes seconds to compile.
+pub fn policy_test() -> Command {
+    let mut cmd = operator();
+    cmd.args(["policy", "test"]);
+    if let Some(dir) = compiled_policies_dir() {
+        cmd.arg("--policy-cache-dir").arg(dir);
+    }
+    cmd
+}
+
+/// A new directory only its owner may use, as the operator wants its policy cache.
+pub fn private_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    dir
 }
 
 /// The binary.
@@ -47,62 +84,8 @@ pub fn limited() -> Command {
 
 /// Runs `cmd` with `stdin` as its standard input (`None`: nothing to read) and collects its
 /// output; kills it and fails the test after `timeout`.
-pub fn run(mut cmd: Command, stdin: Option<&str>, timeout: Duration) -> Output {
-    let input = if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    };
-    cmd.stdin(input)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("tfjob-operator starts");
-    // Written and read from other threads so that full pipes never block the child.
-    let writer = stdin.map(|text| {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        let text = text.to_owned();
-        std::thread::spawn(move || {
-            // A child that exits without reading (usage errors) closes the pipe: not a failure
-            // here.
-            let _ = pipe.write_all(text.as_bytes());
-        })
-    });
-    let out_reader = read_all(child.stdout.take().expect("stdout is piped"));
-    let err_reader = read_all(child.stderr.take().expect("stderr is piped"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tfjob-operator") {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tfjob-operator did not finish within {timeout:?}: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    if let Some(writer) = writer {
-        writer.join().expect("stdin writer finishes");
-    }
-    Output {
-        status,
-        stdout: out_reader
-            .join()
-            .expect("stdout reader finishes")
-            .expect("stdout is readable"),
-        stderr: err_reader
-            .join()
-            .expect("stderr reader finishes")
-            .expect("stderr is readable"),
-    }
-}
-
-/// Reads `pipe` to its end on a thread of its own.
-fn read_all(mut pipe: impl Read + Send + 'static) -> JoinHandle<std::io::Result<Vec<u8>>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        pipe.read_to_end(&mut buf).map(|_| buf)
-    })
+pub fn run(cmd: Command, stdin: Option<&str>, timeout: Duration) -> Output {
+    tfjob_test_support::run(cmd, stdin, timeout)
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -1,5 +1,5 @@
 //! A real OCI registry on loopback for the tests: the CNCF distribution registry (Debian's
-//! `docker-registry` package, which `.ci/run` installs), one process per test with its own
+//! `docker-registry` package, which `tests/run` installs), one process per test with its own
 //! storage, stopped when dropped. A test that cannot start it fails; it does not skip.
 
 use std::net::{SocketAddr, TcpListener};
@@ -96,7 +96,7 @@ impl Registry {
             .unwrap_or_else(|e| {
                 panic!(
                     "cannot start {BINARY} ({e}): install Debian's docker-registry package \
-                     (apt-get install docker-registry; .ci/run does)"
+                     (apt-get install docker-registry; tests/run does)"
                 )
             });
         self.child = Some(child);
@@ -145,7 +145,7 @@ pub fn skopeo(args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap_or_else(|e| {
-            panic!("cannot run skopeo ({e}): install Debian's skopeo package (.ci/run does)")
+            panic!("cannot run skopeo ({e}): install Debian's skopeo package (tests/run does)")
         });
     assert!(
         out.status.success(),
@@ -199,4 +199,28 @@ pub fn publish_with_skopeo(dir: &Path, module: &[u8], target: &str) -> String {
         &format!("docker://{target}"),
     ]);
     manifest_digest
+}
+
+/// Pushes `module` to `reference` with the CLI over plain HTTP, with `extra` arguments and no
+/// Docker config of the user's; returns the pinned reference it prints.
+pub fn push(dir: &Path, module: &[u8], reference: &str, extra: &[&str]) -> String {
+    let file = super::write(dir, "push.wasm", module);
+    let mut cmd = super::operator();
+    cmd.args(["policy", "push", &file, reference, "--insecure"])
+        .args(extra)
+        .env("HOME", "/nonexistent");
+    let out = super::run(cmd, None, Duration::from_secs(120));
+    super::expect_success(&out, "policy push").trim().to_owned()
+}
+
+/// The policy ConfigMap `tfjob-policy-<name>` in `namespace` whose module is pulled from
+/// `reference` and whose manifest is `name: <name>`, the decorate hook and `rest` (YAML lines).
+pub fn referencing(namespace: &str, name: &str, reference: &str, rest: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("tfjob-policy-{name}"), "namespace": namespace,
+                     "labels": {"policy.tfjob.dev/policy": "true"}},
+        "data": {"module": format!("oci://{reference}"),
+                 "policy.yaml": format!("name: {name}\nhooks: [decorate]\n{rest}")},
+    })
 }
