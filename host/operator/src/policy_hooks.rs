@@ -2,6 +2,8 @@
 //! policy named on the command line or in a suite ([`policy_source`]), the job context and
 //! settings given as files or flags, and [`run_hook`], which calls the hook through the same
 //! steps as the operator's pipeline ([`tfjob_policy_engine::hook_call`]).
+//! The engine they run in is made here too ([`test_engine`]), with compiled code kept in
+//! `--policy-cache-dir` when given.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,8 +17,8 @@ use tfjob_policy_engine::cel_configmap;
 use tfjob_policy_engine::configmap::{self, PolicyForm};
 use tfjob_policy_engine::hook_call::{self, Caller, Observed};
 use tfjob_policy_engine::{
-    ActivationError, ActivePolicy, EvalError, Hook, PolicyEngine, PolicyManifest, activate_checked,
-    defaults,
+    ActivationError, ActivePolicy, EvalError, Hook, PolicyEngine, PolicyManifest, SandboxLimits,
+    activate_checked, defaults,
 };
 
 pub(crate) fn read_yaml(path: &Path) -> anyhow::Result<Value> {
@@ -342,4 +344,20 @@ pub(crate) fn context(path: Option<&Path>) -> anyhow::Result<PodContext> {
         None => ContextFile::default(),
     };
     Ok(c.into())
+}
+
+/// The engine policies are tested in: `limits`, with compiled code kept in `cache_dir` when
+/// one is given.
+pub(crate) fn test_engine(
+    limits: SandboxLimits,
+    cache_dir: Option<&Path>,
+) -> anyhow::Result<PolicyEngine> {
+    let engine = PolicyEngine::new(limits)?;
+    Ok(match cache_dir {
+        Some(dir) => engine.with_compiled_cache(
+            // Its error names the flag and the directory already.
+            tfjob_policy_engine::compiled_cache::CompiledCache::open(dir)?,
+        ),
+        None => engine,
+    })
 }

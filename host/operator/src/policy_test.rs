@@ -8,9 +8,8 @@ use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use tfjob_policy_engine::compiled_cache::CompiledCache;
 use tfjob_policy_engine::hook_call::job_context;
-use tfjob_policy_engine::{ActivationError, Hook, PolicyEngine, SandboxLimits};
+use tfjob_policy_engine::{ActivationError, Hook, SandboxLimits};
 
 use crate::policy_hooks::{
     HookInput, HookOutput, container, context, policy_source, read_yaml, run_hook, settings_value,
@@ -108,21 +107,6 @@ pub fn main(args: &TestArgs) -> ExitCode {
     }
 }
 
-/// The engine policies are tested in: `limits`, with compiled code kept in `cache_dir` when
-/// one is given.
-pub(crate) fn test_engine(
-    limits: SandboxLimits,
-    cache_dir: Option<&std::path::Path>,
-) -> anyhow::Result<PolicyEngine> {
-    let engine = PolicyEngine::new(limits)?;
-    Ok(match cache_dir {
-        Some(dir) => engine.with_compiled_cache(
-            CompiledCache::open(dir).map_err(|e| anyhow!("--policy-cache-dir: {e}"))?,
-        ),
-        None => engine,
-    })
-}
-
 fn test(args: &TestArgs) -> anyhow::Result<Value> {
     let (Some(spec), Some(hook), Some(input_path)) = (&args.policy, &args.hook, &args.input) else {
         bail!("--policy, --hook and --input are required without --suite");
@@ -141,7 +125,7 @@ fn test(args: &TestArgs) -> anyhow::Result<Value> {
         ceiling: args.ceiling.ceiling()?,
         ..tfjob_operator::policy_setup::operator_limits()
     };
-    let engine = test_engine(limits, args.policy_cache_dir.as_deref())?;
+    let engine = crate::policy_hooks::test_engine(limits, args.policy_cache_dir.as_deref())?;
     let settings = settings_value(args.settings.as_deref())?;
     let name = &source.name;
     let policy = source

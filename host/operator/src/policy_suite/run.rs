@@ -80,7 +80,7 @@ pub fn run(suite: &Suite, args: &Overrides<'_>) -> anyhow::Result<Report> {
         reads: args.ceiling.reads()?,
         ..tfjob_operator::policy_setup::operator_limits()
     };
-    let engine = crate::policy_test::test_engine(limits, args.cache_dir)?;
+    let engine = crate::policy_hooks::test_engine(limits, args.cache_dir)?;
     let manifest = match args.manifest {
         Some(path) => Some((
             std::fs::read_to_string(path)
