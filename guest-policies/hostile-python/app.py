@@ -5,7 +5,7 @@ express them, chosen by the settings document `{"mode": "<mode>"}`.
 | mode         | decorate-pod                                                          |
 |--------------|-----------------------------------------------------------------------|
 | `loop`       | never returns                                                         |
-| `memory`     | keeps allocating 1 MiB blocks                                         |
+| `memory`     | keeps allocating 16 MiB blocks                                        |
 | `sleep`      | `time.sleep(3600)`                                                    |
 | `read-file`  | annotation `hostile/read-file`: `denied` or what it read     |
 | `network`    | annotation `hostile/network`: `denied` or `connected`        |
@@ -65,9 +65,11 @@ class Hostile(tp.Policy):
             while True:
                 n += 1
         if mode == "memory":
+            # Large blocks: filling 1 MiB ones took long enough that a loaded machine reached
+            # the deadline (timeout) before the memory cap.
             hoard = []
             while True:
-                hoard.append(bytearray(1 << 20))
+                hoard.append(bytearray(1 << 24))
         if mode == "sleep":
             time.sleep(3600)
         if mode == "raise":

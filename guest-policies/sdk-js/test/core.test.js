@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   SettingsReader, InvalidSettings, decode, parsed, pod, verdict, fromPodPhase, hooks, isLabelValue,
+  isLabelKey,
 } from '../tfjob-policy/core.js';
 
 test('settings are read field by field and unknown keys are refused', () => {
@@ -34,6 +35,14 @@ test('the same text is parsed once', () => {
 test('label values', () => {
   for (const ok of ['', 'ml', 'a.b_c-d', 'x'.repeat(63)]) assert.ok(isLabelValue(ok), ok);
   for (const bad of ['-a', 'a-', 'not a label', 'x'.repeat(64), 'é']) assert.ok(!isLabelValue(bad), bad);
+});
+
+test('label keys', () => {
+  const good = ['team', 'a.b_c-d', 'x'.repeat(63), 'example.com/tier', 'a/b', `${'x'.repeat(253)}/n`];
+  for (const ok of good) assert.ok(isLabelKey(ok), ok);
+  const bad = ['', '/team', 'example.com/', 'Example.com/tier', 'a/b/c', 'x'.repeat(64),
+    `${'x'.repeat(254)}/n`, 'not a key', 'é', 'team\n', '-a.com/b', 5];
+  for (const key of bad) assert.ok(!isLabelKey(key), String(key));
 });
 
 test('pods are edited in place and their reasons read', () => {

@@ -53,6 +53,19 @@ export function isLabelValue(value) {
   return typeof value === 'string' && LABEL_VALUE.test(value);
 }
 
+const LABEL_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$/;
+
+/** Whether `value` may be a Kubernetes label key: a name, optionally after a DNS subdomain
+ * prefix and `/` (`team`, `example.com/tier`). */
+export function isLabelKey(value) {
+  if (typeof value !== 'string') return false;
+  const slash = value.indexOf('/');
+  const [prefix, name] = slash < 0 ? [null, value] : [value.slice(0, slash), value.slice(slash + 1)];
+  if (prefix !== null && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) return false;
+  return LABEL_NAME.test(name);
+}
+
 const QUANTITY = /^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+|[numkMGTPE]i?)?$/;
 
 /** Whether `value` is spelled as a Kubernetes quantity (`512Mi`, `100m`, `1e3`). */

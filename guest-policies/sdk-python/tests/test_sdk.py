@@ -55,6 +55,14 @@ class SettingsTest(unittest.TestCase):
         for bad in ("-a", "a-", "not a label", "x" * 64, "é", "a\n"):
             self.assertFalse(tp.is_label_value(bad), bad)
 
+    def test_label_keys(self):
+        for ok in ("team", "a.b_c-d", "x" * 63, "example.com/tier", "a/b", "x" * 253 + "/n"):
+            self.assertTrue(tp.is_label_key(ok), ok)
+        bad_keys = ("", "/team", "example.com/", "Example.com/tier", "a/b/c", "x" * 64,
+                    "x" * 254 + "/n", "not a key", "é", "team\n", "-a.com/b")
+        for bad in bad_keys:
+            self.assertFalse(tp.is_label_key(bad), bad)
+
 
 class PodTest(unittest.TestCase):
     def test_pods_are_edited_in_place_and_their_reasons_read(self):

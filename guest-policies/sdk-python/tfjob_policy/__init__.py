@@ -25,7 +25,7 @@ from . import cluster, log, pod
 from .context import Context
 from .errors import Failed, InvalidInput, InvalidSettings, PolicyError
 from .hooks import Policy, exports, parse_time
-from .settings import SettingsReader, is_label_value, is_quantity, parsed
+from .settings import SettingsReader, is_label_key, is_label_value, is_quantity, parsed
 from .verdict import Verdict, from_pod_phase
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "cluster",
     "exports",
     "from_pod_phase",
+    "is_label_key",
     "is_label_value",
     "is_quantity",
     "log",

@@ -22,6 +22,10 @@ _MISSING = object()
 
 # A label value: at most 63 characters, alphanumerics with `-`, `_`, `.` inside.
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?\Z")
+# The name part of a label key: a label value that is not empty.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
+# A label key's prefix: a DNS subdomain (lower case labels joined by dots).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\Z")
 
 
 # A Kubernetes quantity: a decimal number with an optional exponent or suffix (`500m`, `1.5Gi`).
@@ -36,6 +40,15 @@ def is_quantity(value: str) -> bool:
 def is_label_value(value: str) -> bool:
     """Whether `value` may be a Kubernetes label value (empty included)."""
     return bool(_LABEL_VALUE.match(value))
+
+
+def is_label_key(value: str) -> bool:
+    """Whether `value` may be a Kubernetes label key: a name, optionally after a DNS subdomain
+    prefix and `/` (`team`, `example.com/tier`)."""
+    prefix, slash, name = value.partition("/") if "/" in value else ("", "", value)
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(_LABEL_NAME.match(name))
 
 
 def _kind(value: Any) -> str:

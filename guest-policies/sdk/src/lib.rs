@@ -13,6 +13,7 @@
 //!   field, RFC 3339 timestamps, `JobContext` and `Verdict` conversions;
 //! - [`settings`]: loading and validating a settings document (`{}`, `""` and `null` mean the
 //!   defaults);
+//! - [`pod`]: edits a decorator makes (`set_label`), checked as the API server checks them;
 //! - [`log`]: structured logging into the operator's log;
 //! - [`cluster`]: reads of the cluster objects the policy declared (`reads` in its manifest):
 //!   typed (`namespace`, `nodes`, ...) or as JSON (`get`, `list`);
@@ -48,6 +49,7 @@ pub use wit_bindgen;
 pub mod cluster;
 pub mod convert;
 pub mod log;
+pub mod pod;
 pub mod settings;
 pub mod wit;
 

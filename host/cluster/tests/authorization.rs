@@ -1,11 +1,13 @@
 //! RBAC on the embedded API server, through the real kubectl and kube-rs: with authorization
-//! on, the admin's kubeconfig (no credentials) may do anything; kubectl acting as a service
+//! on, the admin's kubeconfig (the administrator's token, over HTTPS) may do anything; kubectl acting as a service
 //! account (`--as`) is refused with Kubernetes' own words until a Role and RoleBinding applied
 //! by the admin allow it, and only within their namespace; an aggregated ClusterRole grants the
 //! rules of the roles it selects; `kubectl create token` mints a token that a kube-rs client
 //! presents as that account, an unknown token is `Unauthorized`; an owner reference that
-//! blocks deletion needs `update` on the owner's `finalizers`; and every denial is counted. CI
-//! installs kubectl; the test needs it on PATH.
+//! blocks deletion needs `update` on the owner's `finalizers`; and every denial is counted.
+//! Every kubeconfig is one `up` writes. CI installs kubectl; the test needs it on PATH.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -17,10 +19,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tfjob_cluster::Store;
 use tfjob_cluster::auth::access::Access;
-use tfjob_cluster::http::server::{RunningServer, ServerOptions};
+use tfjob_cluster::http::server::ServerOptions;
 
 struct Cluster {
-    running: RunningServer,
+    server: common::Serving,
     dir: tempfile::TempDir,
     store: Arc<Store>,
     runtime: tokio::runtime::Runtime,
@@ -42,15 +44,9 @@ fn start() -> Cluster {
         },
         ..ServerOptions::default()
     };
-    let running = runtime
-        .block_on(tfjob_cluster::http::server::start_with(
-            Arc::clone(&store),
-            0,
-            options,
-        ))
-        .unwrap();
+    let server = runtime.block_on(common::serve(Arc::clone(&store), options));
     Cluster {
-        running,
+        server,
         dir: tempfile::tempdir().unwrap(),
         store,
         runtime,
@@ -58,27 +54,15 @@ fn start() -> Cluster {
 }
 
 impl Cluster {
-    /// A kubeconfig named `name` whose user presents `token` (none when empty).
-    fn kubeconfig(&self, name: &str, token: &str) -> PathBuf {
-        let user = if token.is_empty() {
-            "{}".to_owned()
-        } else {
-            format!("{{token: {token}}}")
-        };
-        let path = self.dir.path().join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: embedded\n  context: {{cluster: embedded, user: {name}, namespace: default}}\ncurrent-context: embedded\nusers:\n- name: {name}\n  user: {user}\n",
-                self.running.addr
-            ),
-        )
-        .unwrap();
-        path
+    /// A kubeconfig whose user `user` presents `token`.
+    fn kubeconfig(&self, user: &str, token: &str) -> PathBuf {
+        self.server
+            .write_kubeconfig(self.dir.path(), user, user, Some(token))
     }
 
     fn admin(&self) -> PathBuf {
-        self.kubeconfig("admin", "")
+        self.server
+            .write_admin_kubeconfig(self.dir.path(), "default")
     }
 
     fn kubectl(&self, kubeconfig: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
@@ -154,12 +138,18 @@ impl Builder<'_> {
 
 /// The ConfigMaps of `namespace` through a kube-rs client of `kubeconfig`.
 async fn configmaps(kubeconfig: &str, namespace: &str) -> Api<ConfigMap> {
-    let config = kube::Config::from_custom_kubeconfig(
+    configmaps_as(kubeconfig, None, namespace).await
+}
+
+/// The same, the client impersonating `someone` when given.
+async fn configmaps_as(kubeconfig: &str, someone: Option<&str>, namespace: &str) -> Api<ConfigMap> {
+    let mut config = kube::Config::from_custom_kubeconfig(
         Kubeconfig::from_yaml(kubeconfig).unwrap(),
         &KubeConfigOptions::default(),
     )
     .await
     .unwrap();
+    config.auth_info.impersonate = someone.map(str::to_owned);
     Api::namespaced(kube::Client::try_from(config).unwrap(), namespace)
 }
 
@@ -295,14 +285,12 @@ subjects:
         );
     });
     // Impersonating needs the right to: the account may not act as someone else.
-    let impersonating = std::fs::read_to_string(c.kubeconfig("builder", &token))
-        .unwrap()
-        .replace(
-            &format!("token: {token}"),
-            &format!("token: {token}, as: someone-else"),
-        );
     c.runtime.block_on(async {
-        let err = configmaps(&impersonating, "ci").await.get("settings").await.unwrap_err();
+        let err = configmaps_as(&kubeconfig, Some("someone-else"), "ci")
+            .await
+            .get("settings")
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, kube::Error::Api(s) if s.code == 403 && s.message == format!("users \"someone-else\" is forbidden: User \"{BUILDER}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope")),
             "{err}"
@@ -316,8 +304,8 @@ subjects:
         "{refused}"
     );
 
-    let denials = c.running.requests().denials();
-    assert_eq!(c.running.requests().denied(), denials.len() as u64);
+    let denials = c.server.running.requests().denials();
+    assert_eq!(c.server.running.requests().denied(), denials.len() as u64);
     assert!(
         denials
             .iter()
@@ -356,6 +344,7 @@ subjects:
     };
     grant("");
     let token = c
+        .server
         .running
         .access()
         .tokens
@@ -391,7 +380,7 @@ subjects:
             status.message,
             "configmaps \"blocking\" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: User \"system:serviceaccount:ml:op\" cannot update resource \"tfjobs/finalizers\" in API group \"kubeflow.org\" in the namespace \"ml\", <nil>"
         );
-        let denials = c.running.requests().denials();
+        let denials = c.server.running.requests().denials();
         assert_eq!(denials.len(), 1, "{denials:?}");
         assert_eq!(
             (denials[0].verb.as_str(), denials[0].resource.as_str()),

@@ -1,8 +1,10 @@
-//! Deletion propagation over HTTP, as kube-rs and kubectl ask for it: foreground deletion keeps
+//! Deletion propagation over HTTPS, as kube-rs and kubectl ask for it: foreground deletion keeps
 //! the owner (marked, with the `foregroundDeletion` finalizer, seen by watchers) until its
 //! blocking dependents are gone; orphan deletion keeps the dependents without the reference;
 //! the policy is read from a `DeleteOptions` body or from the query. Waits poll with generous
 //! timeouts.
+
+mod common;
 
 use std::time::Duration;
 
@@ -10,15 +12,15 @@ use axum::http::{Request, header};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use tfjob_cluster::Store;
 
 async fn client() -> Client {
-    let (addr, _server) = tfjob_cluster::http::server::start(Store::new(), 0)
+    common::serve(Store::new(), Default::default())
         .await
-        .unwrap();
-    Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+        .client()
+        .await
 }
 
 async fn owner(cms: &Api<ConfigMap>, name: &str) -> ConfigMap {

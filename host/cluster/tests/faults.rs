@@ -1,9 +1,11 @@
-//! Fault injection and request accounting, seen from real clients over HTTP: kube-rs gets
+//! Fault injection and request accounting, seen from real clients over HTTPS: kube-rs gets
 //! injected errors as ordinary API errors and the store is left untouched, `429` carries
 //! `Retry-After`, rules are scoped by verb and resource, the configuration changes at run time
 //! through `/debug/faults`, cut watches are resumed by kube's watcher, latency is applied, and
 //! requests are counted by verb and client. Waits poll with generous timeouts; timing is only
 //! ever checked from below.
+
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,11 +20,13 @@ use serde_json::{Value, json};
 use tfjob_cluster::Store;
 use tfjob_cluster::faults::{ErrorRule, FaultConfig, FaultStatus, Faults};
 use tfjob_cluster::http::requests::Verb;
-use tfjob_cluster::http::server::{RunningServer, ServerOptions};
+use tfjob_cluster::http::server::ServerOptions;
 
 struct Env {
     store: Arc<Store>,
-    server: RunningServer,
+    server: common::Serving,
+    /// The administrator's client configuration, from the kubeconfig `up` writes.
+    config: Config,
 }
 
 async fn start(config: FaultConfig) -> Env {
@@ -31,16 +35,19 @@ async fn start(config: FaultConfig) -> Env {
         faults: Faults::new(config).unwrap(),
         ..ServerOptions::default()
     };
-    let server = tfjob_cluster::http::server::start_with(Arc::clone(&store), 0, options)
-        .await
-        .unwrap();
-    Env { store, server }
+    let server = common::serve(Arc::clone(&store), options).await;
+    let config = server.config().await;
+    Env {
+        store,
+        server,
+        config,
+    }
 }
 
 impl Env {
     /// A client naming itself `agent`; `retry` keeps kube's default retries of 429/503/504.
     fn client_as(&self, agent: &str, retry: bool) -> Client {
-        let mut config = Config::new(format!("http://{}", self.server.addr).parse().unwrap());
+        let mut config = self.config.clone();
         config.default_retry = retry;
         config
             .headers
@@ -106,6 +113,7 @@ async fn injected_errors_are_api_errors_and_change_nothing() {
     assert_eq!(env.pods_in_store(), 0, "the failed create stored nothing");
 
     env.server
+        .running
         .faults()
         .set(rule(FaultStatus::Conflict, &[Verb::Create], &["pods"]))
         .unwrap();
@@ -117,9 +125,9 @@ async fn injected_errors_are_api_errors_and_change_nothing() {
     assert_eq!((code, reason.as_str()), (409, "Conflict"));
     assert_eq!(env.pods_in_store(), 0);
 
-    let counts = env.server.faults().counts();
+    let counts = env.server.running.faults().counts();
     assert_eq!((counts.internal_errors, counts.conflicts), (1, 1));
-    env.server.faults().clear();
+    env.server.running.faults().clear();
     pods.create(&PostParams::default(), &pod("a"))
         .await
         .unwrap();
@@ -152,12 +160,12 @@ async fn too_many_requests_carries_retry_after_and_kube_retries_it() {
     // call succeeds without the caller seeing the throttling.
     let retrying: Api<ConfigMap> = Api::namespaced(env.client_as("retrying/1", true), "default");
     let call = tokio::spawn(async move { retrying.list(&ListParams::default()).await });
-    let before = env.server.faults().counts().too_many_requests;
+    let before = env.server.running.faults().counts().too_many_requests;
     eventually("a throttled retry", || {
-        env.server.faults().counts().too_many_requests > before
+        env.server.running.faults().counts().too_many_requests > before
     })
     .await;
-    env.server.faults().clear();
+    env.server.running.faults().clear();
     let listed = tokio::time::timeout(Duration::from_secs(60), call)
         .await
         .expect("the retried list finishes")
@@ -191,6 +199,7 @@ async fn rules_scoped_to_a_resource_spare_the_others_and_non_resource_paths() {
 
     // Even a rule for everything leaves health, version, discovery and the hooks alone.
     env.server
+        .running
         .faults()
         .set(rule(FaultStatus::InternalError, &[], &[]))
         .unwrap();
@@ -256,7 +265,7 @@ async fn faults_change_at_run_time_over_http() {
     .unwrap();
     assert_eq!(shown["errors"][0]["status"], 500);
     assert_eq!(shown["seed"], 3);
-    assert_eq!(env.server.faults().get().errors.len(), 1);
+    assert_eq!(env.server.running.faults().get().errors.len(), 1);
 
     for (bad, field) in [
         (
@@ -274,7 +283,7 @@ async fn faults_change_at_run_time_over_http() {
         assert!(message.contains(field), "{message} names {field}");
     }
     assert_eq!(
-        env.server.faults().get().errors.len(),
+        env.server.running.faults().get().errors.len(),
         1,
         "a rejected configuration changes nothing"
     );
@@ -316,7 +325,7 @@ async fn cut_watches_are_resumed_by_the_watcher() {
         .unwrap();
     eventually("the first config map", || seen_name("first")).await;
     eventually("two cut watches", || {
-        env.server.faults().counts().watches_cut >= 2
+        env.server.running.faults().counts().watches_cut >= 2
     })
     .await;
     cms.create(&PostParams::default(), &config_map("later"))
@@ -325,6 +334,7 @@ async fn cut_watches_are_resumed_by_the_watcher() {
     eventually("a config map created after the cuts", || seen_name("later")).await;
     assert!(
         env.server
+            .running
             .requests()
             .snapshot()
             .count(Verb::Watch, "configmaps")
@@ -350,7 +360,7 @@ async fn latency_is_added_to_requests() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(env.server.faults().counts().delayed, 1);
+    assert_eq!(env.server.running.faults().counts().delayed, 1);
 }
 
 #[tokio::test]
@@ -393,7 +403,7 @@ async fn requests_are_counted_by_verb_resource_and_agent() {
     op_pods.get("missing").await.unwrap_err();
     test_pods.list(&ListParams::default()).await.unwrap();
 
-    let snap = env.server.requests().snapshot();
+    let snap = env.server.running.requests().snapshot();
     assert_eq!(snap.writes_by("bench-operator"), 4, "{snap:#?}");
     assert_eq!(snap.writes_by("bench-test"), 1);
     assert_eq!(snap.by_agent("bench-test", Verb::List), 1);

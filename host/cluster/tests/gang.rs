@@ -1,10 +1,12 @@
 //! Gang scheduling on the embedded cluster, with no operator: PodGroups and pods created
-//! directly in the store (and through kubectl and kube-rs over HTTP) and the simulated
+//! directly in the store (and through kubectl and kube-rs over HTTPS) and the simulated
 //! scheduler of `KubeletConfig::gang_scheduler` acting on them. A group too big for the
 //! cluster waits whole with the scheduler's message; lowering `minMember` or adding a node
 //! lets it run; two groups that do not fit together run one after the other, never half each;
 //! pods of a scheduler nobody runs stay untouched; the coscheduling permit times out.
 //! As in `kubelet.rs`, what happened on the way is read from the store's watch history.
+
+mod common;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -483,28 +485,18 @@ async fn a_coscheduled_pod_without_its_podgroup_is_rejected_and_waits() {
     .await;
 }
 
-/// kubectl and kube-rs against the HTTP API: PodGroups are created, read through the short
+/// kubectl and kube-rs against the HTTPS API, with the kubeconfig `up` writes: PodGroups are created, read through the short
 /// name with the printer columns, listed, patched and deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_and_kube_rs_serve_podgroups() {
     let c = cluster(Some(VOLCANO));
-    let server = tfjob_cluster::http::server::start_with(
+    let server = common::serve(
         Arc::clone(&c.store),
-        0,
         tfjob_cluster::http::server::ServerOptions::default(),
     )
-    .await
-    .unwrap();
+    .await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e\n  cluster:\n    server: http://{}\ncontexts:\n- name: e\n  context: {{cluster: e, user: e, namespace: {NS}}}\ncurrent-context: e\nusers:\n- name: e\n  user: {{}}\n",
-            server.addr
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.write_admin_kubeconfig(dir.path(), NS);
     let manifest = dir.path().join("pg.yaml");
     std::fs::write(
         &manifest,
@@ -566,10 +558,7 @@ async fn kubectl_and_kube_rs_serve_podgroups() {
     use kube::api::{
         Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PatchParams,
     };
-    let client = kube::Client::try_from(kube::Config::new(
-        format!("http://{}", server.addr).parse().unwrap(),
-    ))
-    .unwrap();
+    let client = server.client().await;
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "scheduling.volcano.sh",
         "v1beta1",
@@ -612,5 +601,5 @@ async fn kubectl_and_kube_rs_serve_podgroups() {
             .trim()
             .is_empty()
     );
-    server.handle.abort();
+    server.running.handle.abort();
 }

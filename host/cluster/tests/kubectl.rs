@@ -6,8 +6,10 @@
 //! `kubectl logs` reads what the containers printed: plain, followed to the container's end,
 //! tailed, with timestamps, per container and from the run before a restart. `kubectl create
 //! namespace|configmap|secret|serviceaccount` send protobuf, which the server decodes (binary
-//! ConfigMap data byte for byte) and answers in protobuf. CI installs
-//! kubectl; the test needs it on PATH.
+//! ConfigMap data byte for byte) and answers in protobuf. Every request goes over HTTPS, with
+//! the kubeconfig `up` writes. CI installs kubectl; the test needs it on PATH.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -20,7 +22,7 @@ use tfjob_cluster::http::server::ServerOptions;
 use tfjob_cluster::kubelet::{self, KubeletConfig};
 
 struct Kubectl {
-    addr: std::net::SocketAddr,
+    server: common::Serving,
     kubeconfig: PathBuf,
     cache: PathBuf,
     dir: tempfile::TempDir,
@@ -53,13 +55,7 @@ fn start_cluster(with_kubelet: bool) -> Kubectl {
         "tfjobs",
         Arc::new(tfjob_api::validation::admit),
     );
-    let running = runtime
-        .block_on(tfjob_cluster::http::server::start_with(
-            Arc::clone(&store),
-            0,
-            ServerOptions::default(),
-        ))
-        .unwrap();
+    let server = runtime.block_on(common::serve(Arc::clone(&store), ServerOptions::default()));
     if with_kubelet {
         let config = KubeletConfig {
             startup: Duration::from_millis(20),
@@ -70,17 +66,9 @@ fn start_cluster(with_kubelet: bool) -> Kubectl {
         drop(kubelet::spawn(Arc::clone(&store), config));
     }
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: embedded\n  context: {{cluster: embedded, user: embedded, namespace: default}}\ncurrent-context: embedded\nusers:\n- name: embedded\n  user: {{}}\n",
-            running.addr
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.write_admin_kubeconfig(dir.path(), "default");
     Kubectl {
-        addr: running.addr,
+        server,
         kubeconfig,
         cache: dir.path().join("cache"),
         dir,
@@ -356,8 +344,7 @@ fn misspelt_fields_are_refused_warned_about_or_pruned_as_kubectl_asks() {
     // Duplicate fields (kubectl's YAML parser refuses them first, so a raw client sends them).
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice"},"data":{"a":"1","a":"2"}}"#;
     let path = "/api/v1/namespaces/default/configmaps";
-    let (head, answer) = raw_exchange(
-        k.addr,
+    let (head, answer) = k.server.raw_exchange(
         &format!("POST {path}?fieldValidation=Strict HTTP/1.1\r\nContent-Type: application/json"),
         body,
     );
@@ -366,8 +353,7 @@ fn misspelt_fields_are_refused_warned_about_or_pruned_as_kubectl_asks() {
         answer.contains(r#"strict decoding error: duplicate field \"data.a\""#),
         "{answer}"
     );
-    let (head, answer) = raw_exchange(
-        k.addr,
+    let (head, answer) = k.server.raw_exchange(
         &format!("POST {path} HTTP/1.1\r\nContent-Type: application/json"),
         body,
     );
@@ -385,68 +371,23 @@ fn misspelt_fields_are_refused_warned_about_or_pruned_as_kubectl_asks() {
 
 #[test]
 fn https_serves_kubectl_past_a_client_that_never_completes_its_handshake() {
-    use base64::Engine as _;
-    let certificates = tfjob_cluster::http::tls::ServingCertificates::generate().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let options = ServerOptions {
-        tls: Some(certificates.server_config().unwrap()),
-        ..ServerOptions::default()
-    };
-    // Over HTTPS kubectl asks for a password when its user has no credentials: the
-    // administrator presents a token, as `up`'s kubeconfig does.
-    options.access.tokens.accept(
-        certificates.admin_token(),
-        tfjob_cluster::auth::rbac::UserInfo::admin("admin"),
-    );
-    let running = runtime
-        .block_on(tfjob_cluster::http::server::start_with(
-            Store::new(),
-            0,
-            options,
-        ))
-        .unwrap();
+    let k = start();
+    let addr = k.server.addr();
     // Connections that stall before or inside the handshake hold only their own task.
     let mut stalled = Vec::new();
     for _ in 0..8 {
-        stalled.push(std::net::TcpStream::connect(running.addr).unwrap());
+        stalled.push(std::net::TcpStream::connect(addr).unwrap());
     }
     use std::io::Write as _;
     stalled[0]
         .write_all(&[0x16, 0x03, 0x01, 0x00, 0xff])
         .unwrap();
     // Plain HTTP to the HTTPS port gets no answer a client could mistake for the API.
-    let (head, _) = raw_request(running.addr, "GET /api HTTP/1.1", b"");
+    let head = plain_http_status(addr, "GET /api HTTP/1.1");
     assert!(!head.contains("200"), "{head}");
 
-    let dir = tempfile::tempdir().unwrap();
-    let ca = base64::engine::general_purpose::STANDARD.encode(certificates.ca_pem());
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: tls\n  cluster:\n    server: https://{}\n    certificate-authority-data: {ca}\ncontexts:\n- name: tls\n  context: {{cluster: tls, user: admin}}\ncurrent-context: tls\nusers:\n- name: admin\n  user: {{token: {}}}\n",
-            running.addr,
-            certificates.admin_token()
-        ),
-    )
-    .unwrap();
-    let out = Command::new("kubectl")
-        .args(["get", "--raw", "/api", "--request-timeout=20s"])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("KUBECACHEDIR", dir.path().join("cache"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("APIVersions"), "{stdout}");
+    let answer = k.ok(&["get", "--raw", "/api", "--request-timeout=20s"]);
+    assert!(answer.contains("APIVersions"), "{answer}");
     drop(stalled);
 }
 
@@ -663,27 +604,16 @@ fn wasm_module() -> Vec<u8> {
     m
 }
 
-/// Sends one raw HTTP request and returns the status line and body.
-fn raw_request(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
-    let (head, body) = raw_exchange(addr, head, body);
-    (head.lines().next().unwrap_or_default().to_owned(), body)
-}
-
-/// One HTTP/1.1 request; the answer's head (status line and headers) and body.
-fn raw_exchange(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (String, String) {
+/// The first line of what the server answers a plain-HTTP request with, if anything.
+fn plain_http_status(addr: std::net::SocketAddr, head: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let request = format!(
-        "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
+    let request = format!("{head}\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (head.to_owned(), body.to_owned())
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    response.lines().next().unwrap_or_default().to_owned()
 }
 
 #[test]
@@ -849,13 +779,13 @@ fn kubectl_creates_core_objects_sent_as_protobuf() {
             "Namespace in the protobuf body is malformed",
         ),
     ] {
-        let (status, answer) = raw_request(k.addr, post, &body);
+        let (status, answer) = k.server.raw_request(post, &body);
         assert!(status.contains(" 400 "), "{status} {answer}");
         assert!(answer.contains(expect), "{answer}");
         assert!(answer.contains(r#""kind":"Status""#), "{answer}");
     }
     let pod = b"k8s\0\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00";
-    let (status, answer) = raw_request(k.addr, post, pod);
+    let (status, answer) = k.server.raw_request(post, pod);
     assert!(status.contains(" 415 "), "{status} {answer}");
     assert_eq!(k.store.list(&namespaces, None).0.len(), before);
 }

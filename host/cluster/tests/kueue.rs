@@ -6,7 +6,10 @@
 //! labelled; the same with Kueue's real CRDs (and their CEL rules) served; and inputs a real
 //! cluster sees: a missing LocalQueue, zero quota, Workloads edited or deleted by others, a
 //! queue label changed on a running job. There is no operator here: the TFJobs' specs and the
-//! Workloads are what is checked. CI installs kubectl; the test needs it on PATH.
+//! Workloads are what is checked. kubectl connects over HTTPS with the kubeconfig `up` writes.
+//! CI installs kubectl; the test needs it on PATH.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +68,7 @@ struct Cluster {
     dir: tempfile::TempDir,
     workloads: ResourceType,
     tfjobs: ResourceType,
+    _server: common::Serving,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -85,13 +89,7 @@ fn start(integration: bool, real: bool) -> Cluster {
             crd::install(&store, doc).unwrap();
         }
     }
-    let running = runtime
-        .block_on(tfjob_cluster::http::server::start_with(
-            Arc::clone(&store),
-            0,
-            ServerOptions::default(),
-        ))
-        .unwrap();
+    let server = runtime.block_on(common::serve(Arc::clone(&store), ServerOptions::default()));
     {
         let _guard = runtime.enter();
         // Both run until the runtime is dropped with the test.
@@ -103,16 +101,9 @@ fn start(integration: bool, real: bool) -> Cluster {
         drop(kueue::spawn(Arc::clone(&store), config));
     }
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{}\ncontexts:\n- name: embedded\n  context: {{cluster: embedded, user: embedded, namespace: default}}\ncurrent-context: embedded\nusers:\n- name: embedded\n  user: {{}}\n",
-            running.addr
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.write_admin_kubeconfig(dir.path(), "default");
     Cluster {
+        _server: server,
         workloads: store.resource(KUEUE, "workloads").unwrap(),
         tfjobs: store.resource("kubeflow.org", "tfjobs").unwrap(),
         store,

@@ -1,17 +1,19 @@
 //! The real operator (kube-runtime controller, planner, native policies) against the embedded
-//! API server over HTTP: the CRD applied through the API, a TFJob created with kube-rs, pods and
+//! API server over HTTPS, through the kubeconfig `up` writes: the CRD applied through the API, a TFJob created with kube-rs, pods and
 //! services created by the operator, pod phases driven by the test as a kubelet would, the
 //! job's conditions following, a restart under `ExitCode`, and garbage collection on delete;
 //! and a job whose pods the simulated kubelet runs through a scripted retry.
 //! Every wait polls with a generous timeout; nothing asserts on timing.
+
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, Config};
 use serde_json::json;
 use tfjob_api::{JobConditionType, TFJob};
 use tfjob_cluster::Store;
@@ -27,11 +29,10 @@ struct Env {
 
 async fn start() -> Env {
     let store = Store::new();
-    let (addr, _server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
+    let client = common::serve(Arc::clone(&store), Default::default())
         .await
-        .unwrap();
-    let config = Config::new(format!("http://{addr}").parse().unwrap());
-    let client = Client::try_from(config).unwrap();
+        .client()
+        .await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &tfjob_api::crd::tfjob_crd())
         .await

@@ -3,7 +3,10 @@
 //! the API server's error for an unknown container. The script is
 //! `tests/python/read_pod_log.py`, run by the Python in `TFJOB_PYTHON` (the pinned environment
 //! `tests/run` makes), else by `python3`. Without the client the test fails, saying how to get
-//! it: it never passes without having run.
+//! it: it never passes without having run. The client connects over HTTPS with the kubeconfig
+//! `up` writes, verifying the server's CA.
+
+mod common;
 
 use std::path::Path;
 use std::process::Command;
@@ -34,9 +37,11 @@ async fn the_python_client_reads_pod_logs() {
         python().to_string_lossy()
     );
     let store = Store::new();
-    let (addr, server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
-        .await
-        .unwrap();
+    let server = common::serve(
+        Arc::clone(&store),
+        tfjob_cluster::http::server::ServerOptions::default(),
+    )
+    .await;
     let kubelet = kubelet::spawn(
         Arc::clone(&store),
         KubeletConfig {
@@ -65,14 +70,7 @@ async fn the_python_client_reads_pod_logs() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: embedded\n  context: {{cluster: embedded, user: embedded, namespace: default}}\ncurrent-context: embedded\nusers:\n- name: embedded\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = server.write_admin_kubeconfig(dir.path(), "default");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_pod_log.py");
     let out = tokio::task::spawn_blocking(move || {
         Command::new(python())
@@ -104,5 +102,5 @@ async fn the_python_client_reads_pod_logs() {
         "container nope is not valid for pod reader"
     );
     kubelet.abort();
-    server.abort();
+    server.running.handle.abort();
 }

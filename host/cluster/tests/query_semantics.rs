@@ -1,8 +1,10 @@
-//! The embedded API server over HTTP reading a request's query as a real one does: a watch
+//! The embedded API server over HTTPS reading a request's query as a real one does: a watch
 //! however the boolean is spelled, kube-rs' streaming lists (`sendInitialEvents`, ended by the
 //! `k8s.io/initial-events-end` bookmark), server-side dry runs that store nothing, and the
 //! `400`/`422` Status a bad value gets, with the parameter named, and paged lists that read one
 //! snapshot, so a reflector listing in pages while objects change misses nothing.
+
+mod common;
 
 use std::time::Duration;
 
@@ -10,15 +12,15 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
 
 async fn server() -> Client {
-    let (addr, _server) = tfjob_cluster::http::server::start(Store::new(), 0)
+    common::serve(Store::new(), Default::default())
         .await
-        .unwrap();
-    Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap()
+        .client()
+        .await
 }
 
 fn configmap(name: &str) -> ConfigMap {
@@ -424,10 +426,10 @@ async fn a_reflector_listing_in_small_pages_during_changes_ends_with_the_servers
 #[tokio::test]
 async fn a_watch_from_a_compacted_version_gets_an_error_event_410() {
     let store = Store::new();
-    let (addr, _server) = tfjob_cluster::http::server::start(std::sync::Arc::clone(&store), 0)
+    let client = common::serve(std::sync::Arc::clone(&store), Default::default())
         .await
-        .unwrap();
-    let client = Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+        .client()
+        .await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let first = cms
         .create(&PostParams::default(), &configmap("churn"))

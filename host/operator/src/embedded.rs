@@ -19,10 +19,8 @@ use serde::Deserialize as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::Value;
-use tfjob_cluster::auth::access::Access;
-use tfjob_cluster::auth::rbac::UserInfo;
-use tfjob_cluster::auth::tokens::ADMIN;
 use tfjob_cluster::faults::{FaultConfig, Faults};
+use tfjob_cluster::http::kubeconfig::ClientAccess;
 use tfjob_cluster::http::requests::RequestStats;
 use tfjob_cluster::http::server::{RunningServer, ServerOptions};
 use tfjob_cluster::http::tls::{ServingCertificates, TlsError};
@@ -200,8 +198,8 @@ struct Operator {
 pub struct EmbeddedCluster {
     store: Arc<Store>,
     addr: SocketAddr,
-    /// The CA and serving certificate, when the server serves HTTPS.
-    certificates: Option<ServingCertificates>,
+    /// The server's URL, CA (when it serves HTTPS) and administrator's token.
+    access: ClientAccess,
     client: Client,
     /// The operator's own client (user agent `tfjob-operator/...`).
     operator_client: Client,
@@ -259,24 +257,14 @@ impl EmbeddedCluster {
             Serving::HttpsKeptIn(dir) => Some(ServingCertificates::load_or_generate(dir)?),
             Serving::PlainHttp => None,
         };
-        let access = Access {
-            authorize: options.authorize,
-            ..Access::default()
-        };
-        if let Some(certificates) = &certificates {
-            access
-                .tokens
-                .accept(certificates.admin_token(), UserInfo::admin(ADMIN));
-        }
-        let server_options = ServerOptions {
+        let mut server_options = ServerOptions {
             faults,
-            access,
-            tls: certificates
-                .as_ref()
-                .map(ServingCertificates::server_config)
-                .transpose()?,
             ..ServerOptions::default()
         };
+        server_options.access.authorize = options.authorize;
+        if let Some(certificates) = &certificates {
+            server_options = server_options.with_https(certificates)?;
+        }
         let server = tfjob_cluster::http::server::start_with(
             Arc::clone(&store),
             options.port,
@@ -288,12 +276,12 @@ impl EmbeddedCluster {
             source,
         })?;
         let addr = server.addr;
-        let scheme = if certificates.is_some() {
-            "https"
-        } else {
-            "http"
+        let access = match &certificates {
+            Some(certificates) => ClientAccess::https(addr, certificates),
+            None => ClientAccess::plain(addr),
         };
-        let url = format!("{scheme}://{addr}")
+        let url = access
+            .url()
             .parse()
             .expect("a socket address makes a valid URL");
         let mut config = Config::new(url);
@@ -325,7 +313,7 @@ impl EmbeddedCluster {
         let mut cluster = EmbeddedCluster {
             store,
             addr,
-            certificates,
+            access,
             client,
             operator_client,
             api_metrics,
@@ -378,69 +366,32 @@ impl EmbeddedCluster {
         self.client.clone()
     }
 
-    /// A kubeconfig for kubectl, with `default` as the namespace: the administrator's (it
-    /// carries no credentials, which the server takes as `system:masters`).
+    /// The administrator's kubeconfig, with `default` as the namespace: over HTTPS it trusts
+    /// the server's CA and presents the administrator's token; over plain HTTP it carries no
+    /// credentials, which the server takes as `system:masters`.
     pub fn kubeconfig(&self) -> String {
-        self.kubeconfig_for("developer", None)
+        self.access.admin_kubeconfig("default")
     }
 
-    /// A kubeconfig whose user `user` presents `token` (none: the administrator, whose token
-    /// it carries over HTTPS), trusting the server's CA when it serves HTTPS. (kubectl sends no token over plain HTTP: there it acts
-    /// as a service account with `--as` instead.)
-    pub fn kubeconfig_for(&self, user: &str, token: Option<&str>) -> String {
-        let token = token.or(self
-            .certificates
-            .as_ref()
-            .map(ServingCertificates::admin_token));
-        let credentials = match token {
-            Some(token) => format!("\n    token: {token}"),
-            None => " {}".to_owned(),
-        };
-        let (server, trust) = match &self.certificates {
-            Some(certificates) => {
-                use base64::Engine as _;
-                let ca = base64::engine::general_purpose::STANDARD.encode(certificates.ca_pem());
-                (
-                    format!("https://{}", self.addr),
-                    format!("\n    certificate-authority-data: {ca}"),
-                )
-            }
-            None => (format!("http://{}", self.addr), String::new()),
-        };
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: tfjob-embedded\n  cluster:\n    server: {server}{trust}\ncontexts:\n- name: tfjob-embedded\n  context:\n    cluster: tfjob-embedded\n    user: {user}\n    namespace: default\ncurrent-context: tfjob-embedded\nusers:\n- name: {user}\n  user:{credentials}\n",
-        )
+    /// How clients reach the server: its URL, CA and the kubeconfigs of its users.
+    pub fn access(&self) -> &ClientAccess {
+        &self.access
     }
 
     /// The API server's URL: `https://127.0.0.1:PORT`, or `http://` when it serves plain HTTP.
-    pub fn url(&self) -> String {
-        let scheme = if self.certificates.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        format!("{scheme}://{}", self.addr)
+    pub fn url(&self) -> &str {
+        self.access.url()
     }
 
     /// The CA (PEM) clients trust the server by, when it serves HTTPS.
     pub fn ca_pem(&self) -> Option<&str> {
-        self.certificates.as_ref().map(ServingCertificates::ca_pem)
+        self.access.ca_pem()
     }
 
-    /// Writes [`kubeconfig`](Self::kubeconfig) to `path`, creating its directory.
+    /// Writes [`kubeconfig`](Self::kubeconfig) to `path` (readable by its owner only, since it
+    /// holds a token), creating its directory.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         write_private(path, &self.kubeconfig())
-    }
-
-    /// Writes [`kubeconfig_for`](Self::kubeconfig_for) to `path` (readable by its owner only,
-    /// since it holds a token), creating its directory.
-    pub fn write_kubeconfig_for(
-        &self,
-        path: &Path,
-        user: &str,
-        token: Option<&str>,
-    ) -> std::io::Result<()> {
-        write_private(path, &self.kubeconfig_for(user, token))
     }
 
     /// Mints a token for service account `name` in `namespace` (which must exist), valid for
@@ -470,7 +421,8 @@ impl EmbeddedCluster {
     pub async fn run_operator_as(&mut self, namespace: &str, name: &str) -> Result<(), StartError> {
         let token = self.service_account_token(namespace, name, OPERATOR_TOKEN_TTL)?;
         let user = format!("system:serviceaccount:{namespace}:{name}");
-        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_for(&user, Some(&token)))?;
+        let kubeconfig =
+            Kubeconfig::from_yaml(&self.access.kubeconfig(&user, Some(&token), "default"))?;
         let config =
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         self.operator_client = crate::api_client::build(config, None, &self.api_metrics)?;

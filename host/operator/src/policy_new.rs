@@ -444,7 +444,7 @@ fn values(name: &str, shape: &Shape, lang: Lang) -> BTreeMap<&'static str, Strin
     values.insert("component", lang.component(name));
     let mut example = Vec::new();
     if hooks.contains(&Hook::Decorate) {
-        example.push(r#""team": "ml""#);
+        example.push(r#""labels": {"team": "ml"}"#);
     }
     if shape.reads {
         example.push(r#""namespaceLabels": ["cost-center"]"#);

@@ -28,8 +28,7 @@ macro_rules! sources {
 }
 
 /// The SDK's `src/` files.
-const SDK_SOURCES: &[(&str, &str)] =
-    sources!("sdk": "cluster.rs", "convert.rs", "lib.rs", "log.rs", "settings.rs", "wit.rs");
+const SDK_SOURCES: &[(&str, &str)] = sources!("sdk": "cluster.rs", "convert.rs", "lib.rs", "log.rs", "pod.rs", "settings.rs", "wit.rs");
 
 /// The logic crate's `src/` files.
 const LOGIC_SOURCES: &[(&str, &str)] = sources!("logic":

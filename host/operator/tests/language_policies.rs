@@ -192,7 +192,7 @@ fn scaffold(lang: &str, build: &[&str]) {
         &project.join("tests/suite.yaml"),
         &project.join("policy.wasm"),
     );
-    assert!(report.contains("9 passed, 0 failed"), "{report}");
+    assert!(report.contains("10 passed, 0 failed"), "{report}");
 }
 
 #[test]

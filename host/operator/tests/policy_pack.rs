@@ -20,6 +20,9 @@ use kube::api::{Api, PostParams};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tfjob_cluster::http::kubeconfig::ClientAccess;
+use tfjob_cluster::http::server::ServerOptions;
+use tfjob_cluster::http::tls::ServingCertificates;
 use tfjob_policy_engine::cluster_reads::ReadCeiling;
 use tfjob_policy_engine::configmap::{self, PolicyStatus, Signed};
 use tfjob_policy_engine::signature::{SigningKey, TrustedKeys};
@@ -754,11 +757,31 @@ fn checked_in_policy_configmaps_are_current() {
 // list
 // ---------------------------------------------------------------------------------------------
 
-fn kubeconfig(dir: &Path, addr: &str) -> String {
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: embedded\n  cluster:\n    server: http://{addr}\nusers:\n- name: dev\n  user: {{}}\ncontexts:\n- name: embedded\n  context:\n    cluster: embedded\n    user: dev\ncurrent-context: embedded\n"
-    );
-    write(dir, "kubeconfig", config.as_bytes())
+/// A kubeconfig file for the server at `access`, as `up` writes it.
+fn kubeconfig(dir: &Path, access: &ClientAccess) -> String {
+    write(
+        dir,
+        "kubeconfig",
+        access.admin_kubeconfig("default").as_bytes(),
+    )
+}
+
+/// Serves `store` over HTTPS, as `up` does: how clients reach it, and a kube-rs client of the
+/// administrator's kubeconfig.
+async fn serve_https(store: Arc<tfjob_cluster::Store>) -> (ClientAccess, Client) {
+    let certificates = ServingCertificates::generate().unwrap();
+    let options = ServerOptions::default().with_https(&certificates).unwrap();
+    let running = tfjob_cluster::http::server::start_with(store, 0, options)
+        .await
+        .unwrap();
+    let access = ClientAccess::https(running.addr, &certificates);
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&access.admin_kubeconfig("default")).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    (access, Client::try_from(config).unwrap())
 }
 
 /// A policy ConfigMap as `pack` prints it, with a status annotation when given.
@@ -810,13 +833,9 @@ fn cells(line: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_policy_configmaps_with_the_operators_status() {
     let store = tfjob_cluster::Store::new();
-    let (addr, _server) = tfjob_cluster::http::server::start(Arc::clone(&store), 0)
-        .await
-        .unwrap();
-    let client =
-        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    let (access, client) = serve_https(Arc::clone(&store)).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kubeconfig(dir.path(), &addr.to_string());
+    let kubeconfig = kubeconfig(dir.path(), &access);
 
     let at: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
     let classify = defaults::find("default-classify").unwrap();
@@ -1022,7 +1041,11 @@ fn list_without_a_reachable_cluster_exits_2() {
         .local_addr()
         .unwrap()
         .port();
-    let kubeconfig = kubeconfig(dir.path(), &format!("127.0.0.1:{port}"));
+    let nobody = ClientAccess::https(
+        ([127, 0, 0, 1], port).into(),
+        &ServingCertificates::generate().unwrap(),
+    );
+    let kubeconfig = kubeconfig(dir.path(), &nobody);
     let err = failure(&["policy", "list", "--kubeconfig", &kubeconfig]);
     assert!(err.contains("listing policy ConfigMaps"), "{err}");
     let err = failure(&["policy", "list", "--kubeconfig", "/no/such/kubeconfig"]);

@@ -60,6 +60,23 @@ pub struct ServerOptions {
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
+impl ServerOptions {
+    /// These options serving HTTPS with `certificates`, the administrator presenting their
+    /// token (as [`ClientAccess::https`](crate::http::kubeconfig::ClientAccess::https) hands it
+    /// to clients).
+    pub fn with_https(
+        mut self,
+        certificates: &crate::http::tls::ServingCertificates,
+    ) -> Result<ServerOptions, crate::http::tls::TlsError> {
+        self.tls = Some(certificates.server_config()?);
+        self.access.tokens.accept(
+            certificates.admin_token(),
+            crate::auth::rbac::UserInfo::admin(crate::auth::tokens::ADMIN),
+        );
+        Ok(self)
+    }
+}
+
 /// The server's state.
 pub struct ApiServer {
     pub store: Arc<Store>,

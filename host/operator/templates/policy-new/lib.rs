@@ -2,7 +2,7 @@
 //! implementing the `tfjob:policy@0.3.0` contract for the hooks {{hooks}}.
 //!
 {{#decorate}}
-//! - decorate: labels every pod with the team named in the settings (`team`).
+//! - decorate: puts the labels named in the settings (`labels`) on every pod.
 {{#reads}}
 //!   It also copies the labels of the job's Namespace that the settings list
 //!   (`namespaceLabels`), read from the operator's cache: the manifest declares
@@ -23,16 +23,24 @@
 //! policy, and hands the same document to every call. Each call runs in a fresh sandbox: keep
 //! no state between calls.
 
+{{#decorate}}
+use std::collections::BTreeMap;
+
+{{/decorate}}
 use serde::Deserialize;
+{{#reads}}
+use tfjob_policy_sdk::cluster;
+{{/reads}}
+{{#decorate}}
+use tfjob_policy_sdk::logic::names::{check_label_value, check_qualified_name};
+use tfjob_policy_sdk::pod;
+{{/decorate}}
 use tfjob_policy_sdk::settings::{self, PolicySettings};
 {{#classify}}
 use tfjob_policy_sdk::wit::Verdict;
 {{/classify}}
 use tfjob_policy_sdk::wit::{JobContext, PolicyError};
 use tfjob_policy_sdk::{convert, log};
-{{#reads}}
-use tfjob_policy_sdk::cluster;
-{{/reads}}
 
 /// The settings document, e.g. `{{settings_example}}`; `{}` (or none) changes nothing.
 #[derive(Debug, Default, Deserialize)]
@@ -40,8 +48,8 @@ use tfjob_policy_sdk::cluster;
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 struct Settings {
 {{#decorate}}
-    /// The value of the `team` label put on every pod.
-    team: Option<String>,
+    /// The labels put on every pod, replacing the values a pod had.
+    labels: BTreeMap<String, String>,
 {{/decorate}}
 {{#reads}}
     /// Labels of the job's Namespace copied onto its pods.
@@ -60,15 +68,10 @@ struct Settings {
 impl PolicySettings for Settings {
     fn validate(&self) -> Result<(), String> {
 {{#decorate}}
-        if let Some(team) = &self.team {
-            let valid = !team.is_empty()
-                && team.len() <= 63
-                && team.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                && team.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && team.ends_with(|c: char| c.is_ascii_alphanumeric());
-            if !valid {
-                return Err(format!("team: {team:?} is not a label value"));
-            }
+        for (key, value) in &self.labels {
+            check_qualified_name(key)
+                .and_then(|()| check_label_value(value))
+                .map_err(|e| format!("labels[{key:?}]: {e}"))?;
         }
 {{/decorate}}
 {{#reads}}
@@ -106,13 +109,10 @@ impl bindings::exports::tfjob::policy::settings::Guest for {{type}} {
 impl bindings::exports::tfjob::policy::decorate::Guest for {{type}} {
     fn decorate_pod(ctx: JobContext, settings: String, pod: String) -> Result<String, PolicyError> {
         let settings: Settings = settings::load(&settings)?;
-        let mut pod = convert::pod_from_json(&pod)?;
-        if let Some(team) = settings.team {
-            log::info("labelling pod", &[("job", &ctx.job_name), ("team", &team)]);
-            pod.metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert("team".into(), team);
+        let mut decorated = convert::pod_from_json(&pod)?;
+        for (key, value) in &settings.labels {
+            log::debug("labelling pod", &[("job", &ctx.job_name), ("label", key)]);
+            pod::set_label(&mut decorated, key, value)?;
         }
 {{#reads}}
         if !settings.namespace_labels.is_empty() {
@@ -121,16 +121,15 @@ impl bindings::exports::tfjob::policy::decorate::Guest for {{type}} {
             // leaves the pod as it is.
             if let Some(namespace) = cluster::namespace(&ctx.namespace)? {
                 let from = namespace.metadata.labels.unwrap_or_default();
-                let labels = pod.metadata.labels.get_or_insert_with(Default::default);
                 for key in &settings.namespace_labels {
                     if let Some(value) = from.get(key) {
-                        labels.insert(key.clone(), value.clone());
+                        pod::set_label(&mut decorated, key, value)?;
                     }
                 }
             }
         }
 {{/reads}}
-        convert::pod_to_json(&pod)
+        convert::pod_to_json(&decorated)
     }
 }
 {{/decorate}}
@@ -229,8 +228,12 @@ mod tests {
         let err = {{type}}::validate_settings(r#"{"unknown": 1}"#.into()).unwrap_err();
         assert!(err.starts_with("unknown: unknown field"), "{err}");
 {{#decorate}}
-        let err = {{type}}::validate_settings(r#"{"team": "not a label"}"#.into()).unwrap_err();
-        assert!(err.starts_with("team: "), "{err}");
+        let not_a_value = r#"{"labels": {"team": "not a label"}}"#;
+        let err = {{type}}::validate_settings(not_a_value.into()).unwrap_err();
+        assert!(err.starts_with(r#"labels["team"]: "#), "{err}");
+        let not_a_key = r#"{"labels": {"not a key": "ml"}}"#;
+        let err = {{type}}::validate_settings(not_a_key.into()).unwrap_err();
+        assert!(err.starts_with(r#"labels["not a key"]: "#), "{err}");
 {{/decorate}}
 {{#resources}}
         let err = {{type}}::validate_settings(r#"{"defaultMemoryRequest": "lots"}"#.into())
@@ -245,16 +248,18 @@ mod tests {
 {{#decorate}}
 
     #[test]
-    fn pods_get_the_team_label() {
+    fn pods_get_the_labels_of_the_settings() {
         let pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "w-0"},
             "spec": {"containers": [{"name": "tf", "image": "tf"}]}
         });
-        let out = {{type}}::decorate_pod(ctx(), r#"{"team": "ml"}"#.into(), pod.to_string()).unwrap();
+        let settings = r#"{"labels": {"team": "ml", "example.com/tier": "gold"}}"#;
+        let out = {{type}}::decorate_pod(ctx(), settings.into(), pod.to_string()).unwrap();
         let out: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(out["metadata"]["labels"], json!({"team": "ml"}));
+        let labels = json!({"team": "ml", "example.com/tier": "gold"});
+        assert_eq!(out["metadata"]["labels"], labels);
         let out = {{type}}::decorate_pod(ctx(), "{}".into(), pod.to_string()).unwrap();
         let out: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(out, pod);

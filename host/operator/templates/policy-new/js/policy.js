@@ -2,7 +2,7 @@
 // with componentize-js, implementing the `tfjob:policy@0.3.0` contract for the hooks {{hooks}}.
 //
 {{#decorate}}
-// - decorate: labels every pod with the team named in the settings (`team`).
+// - decorate: puts the labels named in the settings (`labels`) on every pod.
 {{#reads}}
 //   It also copies the labels of the job's Namespace that the settings list
 //   (`namespaceLabels`), read from the operator's cache: the manifest declares
@@ -28,7 +28,7 @@ const policy = {
   settings(reader) {
     const settings = {
 {{#decorate}}
-      team: reader.string('team', null),
+      labels: reader.stringMap('labels', {}),
 {{/decorate}}
 {{#reads}}
       namespaceLabels: reader.strings('namespaceLabels', []),
@@ -43,9 +43,10 @@ const policy = {
     // Unknown keys are errors, so that a misspelt setting is refused instead of ignored.
     reader.done();
 {{#decorate}}
-    const team = settings.team;
-    if (team !== null && (team === '' || !tp.isLabelValue(team))) {
-      throw new tp.InvalidSettings(`team: ${JSON.stringify(team)} is not a label value`);
+    for (const [key, value] of Object.entries(settings.labels)) {
+      const field = `labels[${JSON.stringify(key)}]`;
+      if (!tp.isLabelKey(key)) throw new tp.InvalidSettings(`${field}: ${JSON.stringify(key)} is not a label key`);
+      if (!tp.isLabelValue(value)) throw new tp.InvalidSettings(`${field}: ${JSON.stringify(value)} is not a label value`);
     }
 {{/decorate}}
 {{#reads}}
@@ -69,9 +70,9 @@ const policy = {
 {{#decorate}}
 
   decorate(ctx, settings, pod) {
-    if (settings.team) {
-      tp.log.info('labelling pod', { job: ctx.jobName, team: settings.team });
-      tp.pod.labels(pod).team = settings.team;
+    for (const [key, value] of Object.entries(settings.labels)) {
+      tp.log.debug('labelling pod', { job: ctx.jobName, label: key });
+      tp.pod.labels(pod)[key] = value;
     }
 {{#reads}}
     if (settings.namespaceLabels.length > 0) {

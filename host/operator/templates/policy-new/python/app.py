@@ -2,7 +2,7 @@
 componentize-py, implementing the `tfjob:policy@0.3.0` contract for the hooks {{hooks}}.
 
 {{#decorate}}
-- decorate: labels every pod with the team named in the settings (`team`).
+- decorate: puts the labels named in the settings (`labels`) on every pod.
 {{#reads}}
   It also copies the labels of the job's Namespace that the settings list (`namespaceLabels`),
   read from the operator's cache: the manifest declares `reads: [{resource: namespaces}]`
@@ -23,6 +23,8 @@ and hands the same document to every call. Each call runs in a fresh sandbox: ke
 between calls.
 """
 
+import json
+
 import tfjob_policy as tp
 
 
@@ -31,7 +33,7 @@ class {{type}}(tp.Policy):
         """The settings document, e.g. `{{settings_example}}`; `{}` changes nothing."""
         settings = {
 {{#decorate}}
-            "team": reader.string("team", None),
+            "labels": reader.string_map("labels", {}),
 {{/decorate}}
 {{#reads}}
             "namespace_labels": reader.strings("namespaceLabels", []),
@@ -46,9 +48,11 @@ class {{type}}(tp.Policy):
         # Unknown keys are errors, so that a misspelt setting is refused instead of ignored.
         reader.done()
 {{#decorate}}
-        team = settings["team"]
-        if team is not None and (team == "" or not tp.is_label_value(team)):
-            raise tp.InvalidSettings(f"team: {team!r} is not a label value")
+        for key, value in settings["labels"].items():
+            if not tp.is_label_key(key):
+                raise tp.InvalidSettings(f"labels[{json.dumps(key)}]: {key!r} is not a label key")
+            if not tp.is_label_value(value):
+                raise tp.InvalidSettings(f"labels[{json.dumps(key)}]: {value!r} is not a label value")
 {{/decorate}}
 {{#reads}}
         for i, key in enumerate(settings["namespace_labels"]):
@@ -69,10 +73,9 @@ class {{type}}(tp.Policy):
 {{#decorate}}
 
     def decorate(self, ctx: tp.Context, settings: dict, pod: dict) -> dict:
-        team = settings["team"]
-        if team:
-            tp.log.info("labelling pod", job=ctx.job_name, team=team)
-            tp.pod.labels(pod)["team"] = team
+        for key, value in settings["labels"].items():
+            tp.log.debug("labelling pod", job=ctx.job_name, label=key)
+            tp.pod.labels(pod)[key] = value
 {{#reads}}
         if settings["namespace_labels"]:
             # A failed read raises tp.cluster.ReadError and fails the call with its category (the
