@@ -154,31 +154,80 @@ pub async fn run(store: Arc<Store>, config: KubeletConfig, shutdown: impl Future
         return;
     };
     k.register_nodes();
-    let mut rx = k.resync();
+    let mut follow = k.resync();
     tokio::pin!(shutdown);
     loop {
         k.sync_groups();
         k.schedule();
         let deadline = k.next_deadline();
-        tokio::select! {
+        let (kind, event) = tokio::select! {
             () = &mut shutdown => break,
-            event = rx.recv() => match event {
-                Ok(e) if e.resource == k.pods_t.key() => k.on_event(&e),
-                Ok(e) if e.resource == k.nodes_t.key() => k.on_node_event(&e),
-                Ok(e) if k.gang.as_ref().is_some_and(|g| e.resource == g.groups_t.key()) => {
-                    k.on_group_event(&e);
-                }
-                Ok(_) => {}
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "the simulated kubelet fell behind; relisting pods");
-                    rx = k.resync();
-                }
-                Err(RecvError::Closed) => break,
-            },
+            event = follow.pods.rx.recv() => (Followed::Pods, event),
+            event = follow.nodes.rx.recv() => (Followed::Nodes, event),
+            event = next_group_event(&mut follow.groups) => (Followed::Groups, event),
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 k.fire(Instant::now());
+                continue;
             }
+        };
+        match k.deliver(&mut follow, kind, event) {
+            Flow::Going => {}
+            Flow::Relist => follow = k.resync(),
+            Flow::Closed => break,
         }
+    }
+}
+
+/// The types the kubelet follows, each with a watch of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Followed {
+    Pods,
+    Nodes,
+    /// The gang scheduler's PodGroups.
+    Groups,
+}
+
+/// One followed type's watch, and the last of its changes applied: where a watch that fell
+/// behind goes on from the type's history.
+struct Feed {
+    resource: String,
+    rx: tokio::sync::broadcast::Receiver<WatchEvent>,
+    seen: u64,
+}
+
+/// The kubelet's watches: of pods, of nodes, and of PodGroups when a gang scheduler is
+/// simulated.
+struct Follow {
+    pods: Feed,
+    nodes: Feed,
+    groups: Option<Feed>,
+}
+
+impl Follow {
+    fn feed(&mut self, kind: Followed) -> Option<&mut Feed> {
+        match kind {
+            Followed::Pods => Some(&mut self.pods),
+            Followed::Nodes => Some(&mut self.nodes),
+            Followed::Groups => self.groups.as_mut(),
+        }
+    }
+}
+
+/// What the loop does after a change was delivered.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Going,
+    /// A watch fell behind further than its type's history reaches: list everything again.
+    Relist,
+    /// The store is gone.
+    Closed,
+}
+
+/// The next PodGroup change, or never without a gang scheduler.
+async fn next_group_event(groups: &mut Option<Feed>) -> Result<WatchEvent, RecvError> {
+    match groups {
+        Some(feed) => feed.rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -583,9 +632,59 @@ impl Kubelet {
         }
     }
 
-    /// Lists every pod and subscribes for later changes, forgetting pods that are gone. Used at
-    /// start and after falling behind the watch.
-    fn resync(&mut self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+    /// Applies a change received for `kind`; after falling behind, catches up from the type's
+    /// history and goes on, or asks for a relist when the history has moved past it.
+    fn deliver(
+        &mut self,
+        follow: &mut Follow,
+        kind: Followed,
+        event: Result<WatchEvent, RecvError>,
+    ) -> Flow {
+        let Some(feed) = follow.feed(kind) else {
+            return Flow::Going;
+        };
+        match event {
+            Ok(e) => {
+                feed.seen = e.rv;
+                self.apply(kind, &e);
+                Flow::Going
+            }
+            Err(RecvError::Lagged(missed)) => {
+                match self.store.watch(&feed.resource, None, feed.seen) {
+                    Ok((past, rx)) => {
+                        feed.rx = rx;
+                        if let Some(last) = past.last() {
+                            feed.seen = last.rv;
+                        }
+                        for e in &past {
+                            self.apply(kind, e);
+                        }
+                        Flow::Going
+                    }
+                    Err(e) => {
+                        tracing::warn!(missed, resource = %feed.resource, error = %e,
+                            "the simulated kubelet fell behind its watch's history; relisting");
+                        Flow::Relist
+                    }
+                }
+            }
+            Err(RecvError::Closed) => Flow::Closed,
+        }
+    }
+
+    fn apply(&mut self, kind: Followed, e: &WatchEvent) {
+        match kind {
+            Followed::Pods => self.on_event(e),
+            Followed::Nodes => self.on_node_event(e),
+            Followed::Groups => self.on_group_event(e),
+        }
+    }
+
+    /// Lists every node, PodGroup and pod and watches each type from its list on, forgetting
+    /// pods that are gone. Used at start, and when a watch fell behind further than its type's
+    /// history reaches.
+    fn resync(&mut self) -> Follow {
+        self.store.count_kubelet_list();
         loop {
             // Nodes and groups first: their changes since are replayed below, and a change
             // seen twice (replayed and received) is harmless, as both are handled by state.
@@ -595,7 +694,15 @@ impl Kubelet {
                 .as_ref()
                 .map(|g| (g.groups_t.clone(), self.store.list(&g.groups_t, None)));
             let (items, rv) = self.store.list(&self.pods_t, None);
-            let (past, rx) = match self.store.watch(&self.pods_t.key(), None, rv) {
+            let watched = self.follow_from(&self.pods_t.key(), rv).and_then(|pods| {
+                let nodes = self.follow_from(&self.nodes_t.key(), nodes_rv)?;
+                let groups = match &groups {
+                    Some((t, (_, groups_rv))) => Some(self.follow_from(&t.key(), *groups_rv)?),
+                    None => None,
+                };
+                Ok((pods, nodes, groups))
+            });
+            let ((pods, pods_past), (nodes_feed, nodes_past), groups_feed) = match watched {
                 Ok(w) => w,
                 Err(e) => {
                     // Cannot happen right after a list, but a relist is always safe.
@@ -606,8 +713,11 @@ impl Kubelet {
             for node in &nodes {
                 self.on_node(node);
             }
-            self.replay(&self.nodes_t.key(), nodes_rv, |k, e| k.on_node_event(e));
-            if let Some((groups_t, (groups, groups_rv))) = groups {
+            for e in &nodes_past {
+                self.on_node_event(e);
+            }
+            let mut groups_followed = None;
+            if let (Some((_, (groups, _))), Some((feed, past))) = (groups, groups_feed) {
                 let alive: HashSet<GroupKey> = groups
                     .iter()
                     .map(|g| (meta(g, "namespace").to_owned(), meta(g, "name").to_owned()))
@@ -618,7 +728,10 @@ impl Kubelet {
                 for group in groups {
                     self.on_group(group);
                 }
-                self.replay(&groups_t.key(), groups_rv, |k, e| k.on_group_event(e));
+                for e in &past {
+                    self.on_group_event(e);
+                }
+                groups_followed = Some(feed);
             }
             let alive: HashSet<&str> = items.iter().map(|p| meta(p, "uid")).collect();
             let gone: Vec<String> = self
@@ -638,24 +751,28 @@ impl Kubelet {
             self.usage = Usage::recount(items.iter().map(|p| &**p), |uid| {
                 self.pods.get(uid).and_then(Tracked::group)
             });
-            for e in &past {
+            for e in &pods_past {
                 self.on_event(e);
             }
             self.dirty = true;
-            return rx;
+            return Follow {
+                pods,
+                nodes: nodes_feed,
+                groups: groups_followed,
+            };
         }
     }
 
-    /// Applies the changes of `resource` since `rv` (a list's resourceVersion) with `apply`.
-    fn replay(&mut self, resource: &str, rv: u64, apply: impl Fn(&mut Kubelet, &WatchEvent)) {
-        match self.store.watch(resource, None, rv) {
-            Ok((past, _)) => {
-                for e in &past {
-                    apply(self, e);
-                }
-            }
-            Err(e) => tracing::warn!(resource, error = %e, "cannot replay changes after a list"),
-        }
+    /// A watch of `resource` from `rv` (a list's resourceVersion), and the changes since.
+    fn follow_from(&self, resource: &str, rv: u64) -> Result<(Feed, Vec<WatchEvent>), ApiError> {
+        let (past, rx) = self.store.watch(resource, None, rv)?;
+        let seen = past.last().map_or(rv, |e| e.rv);
+        let feed = Feed {
+            resource: resource.to_owned(),
+            rx,
+            seen,
+        };
+        Ok((feed, past))
     }
 
     fn on_event(&mut self, e: &WatchEvent) {
@@ -1796,7 +1913,8 @@ mod tests {
         };
         let mut k = Kubelet::new(Arc::clone(&store), config).unwrap();
         k.register_nodes();
-        let mut rx = k.resync();
+        let mut follow = k.resync();
+        let rx = &mut follow.pods.rx;
         let pods_t = k.pods_t.clone();
         for i in 0..12 {
             store
@@ -1806,7 +1924,7 @@ mod tests {
                     pod(&format!("p{i}"), ["1", "1500m", "500m"][i % 3]),
                 )
                 .unwrap();
-            drain(&mut k, &mut rx);
+            drain(&mut k, rx);
             assert_eq!(k.usage, recount(&k), "after creating p{i}");
         }
         let bound = store.count(&pods_t, None, |p| node_name(p).is_some());
@@ -1822,14 +1940,14 @@ mod tests {
             store
                 .replace(&pods_t, Some("ns"), name, done, Part::Status)
                 .unwrap();
-            drain(&mut k, &mut rx);
+            drain(&mut k, rx);
             assert_eq!(k.usage, recount(&k), "after {name} finished");
         }
         for name in ["p2", "p3", "p11"] {
             store
                 .delete(&pods_t, Some("ns"), name, &DeleteOptions::default())
                 .unwrap();
-            drain(&mut k, &mut rx);
+            drain(&mut k, rx);
             assert_eq!(k.usage, recount(&k), "after deleting {name}");
         }
         assert!(
@@ -1838,7 +1956,43 @@ mod tests {
         );
         // A relist rebuilds the same totals.
         let before = std::mem::take(&mut k.usage);
-        let _rx = k.resync();
+        let _follow = k.resync();
         assert_eq!(k.usage, before);
+    }
+
+    /// A watch that falls behind (more changes than it buffers before the kubelet reads them)
+    /// goes on from the type's history: every pod is tracked, and nothing is listed again.
+    #[tokio::test]
+    async fn a_watch_that_fell_behind_catches_up_without_listing() {
+        let store = Store::new();
+        let config = KubeletConfig {
+            nodes: 1,
+            cpu: "1000000".into(),
+            memory: "1000Ti".into(),
+            ..KubeletConfig::default()
+        };
+        let mut k = Kubelet::new(Arc::clone(&store), config).unwrap();
+        k.register_nodes();
+        let mut follow = k.resync();
+        assert_eq!(store.kubelet_lists(), 1);
+        let pods_t = k.pods_t.clone();
+        let created = 17_000;
+        for i in 0..created {
+            store
+                .create(&pods_t, Some("ns"), pod(&format!("p{i}"), "1m"))
+                .unwrap();
+        }
+        let event = follow.pods.rx.recv().await;
+        assert!(matches!(event, Err(RecvError::Lagged(_))), "{event:?}");
+        assert_eq!(k.deliver(&mut follow, Followed::Pods, event), Flow::Going);
+        assert_eq!(k.pods.len(), created);
+        assert_eq!(store.kubelet_lists(), 1, "caught up without listing");
+        // The next change comes through the new receiver.
+        store
+            .create(&pods_t, Some("ns"), pod("last", "1m"))
+            .unwrap();
+        let event = follow.pods.rx.recv().await;
+        assert_eq!(k.deliver(&mut follow, Followed::Pods, event), Flow::Going);
+        assert_eq!(k.pods.len(), created + 1);
     }
 }

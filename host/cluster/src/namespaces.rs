@@ -35,13 +35,7 @@ pub fn spawn(store: Arc<Store>, root_ca: Option<String>) -> tokio::task::JoinHan
 /// Keeps a `default` ServiceAccount (and, with `root_ca`, the CA's ConfigMap) in every
 /// namespace, for as long as the store's changes can be watched.
 pub async fn run(store: Arc<Store>, root_ca: Option<String>) {
-    let mut rx = match store.watch("", None, store.resource_version()) {
-        Ok((_, rx)) => rx,
-        Err(e) => {
-            tracing::error!(error = %e, "the namespace controller cannot watch the store");
-            return;
-        }
-    };
+    let mut rx = store.subscribe_all();
     loop {
         pass(&store);
         if let Some(ca) = &root_ca {

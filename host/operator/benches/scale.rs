@@ -11,11 +11,13 @@
 //! - the CPU time of the operator process and of this process (the embedded API server and the
 //!   simulated kubelet), so the split shows whether the simulator or the operator is the bound;
 //! - the policy evaluations per job (the operator's `tfjob_policy_evaluations` counters);
-//! - the slowest answer to a GET of one TFJob (what `kubectl get tfjob NAME` sends) while the
-//!   jobs run.
+//! - the slowest answer to a GET of one TFJob (what `kubectl get tfjob NAME` sends, over HTTPS
+//!   with the kubeconfig the cluster writes) while the jobs run;
+//! - relists: lists the operator sent after its start, and lists of every pod by the simulated
+//!   kubelet after its start (each a watch that fell behind further than its type's history).
 //!
-//! Each measure is printed with its target and whether it was met (the 1,000-job targets of the
-//! performance issue; at other sizes the time targets are shown but not judged).
+//! Each measure is printed with its target and whether it was met: the targets are set for
+//! 1,000 and for 10,000 jobs; at other sizes the measures are reported, not judged.
 //!
 //! A one-shot run of a minute is not what criterion's sampling is for, so this bench has its
 //! own `main`: `cargo bench -p tfjob-operator --bench scale` (`TFJOB_SCALE_JOBS` sets N,
@@ -338,7 +340,17 @@ fn main() {
     let evaluations_before = scrape();
     let (cpu_operator_before, cpu_cluster_before) =
         (cpu_time(&operator.0.id().to_string()), cpu_time("self"));
-    let probe = format!("/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/tfjobs/scale-00000");
+    // A client of the cluster's own (HTTPS, its CA), apart from the operator's.
+    let probe_api: kube::Api<tfjob_api::TFJob> = kube::Api::namespaced(cluster.client(), NAMESPACE);
+    let get_one = || {
+        let sent = Instant::now();
+        let answered = runtime.block_on(tokio::time::timeout(
+            Duration::from_secs(10),
+            probe_api.get("scale-00000"),
+        ));
+        matches!(answered, Ok(Ok(_))).then(|| sent.elapsed())
+    };
+    let kubelet_lists_before = store.kubelet_lists();
     // Every probe: when it was sent (from the submission) and how long the answer took.
     let mut probes: Vec<(Duration, Duration)> = Vec::new();
 
@@ -370,7 +382,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
         peak = peak.max(operator.peak_rss_kib().unwrap_or(0));
         let sent = started.elapsed();
-        if let Some((200, _, took)) = http_get(cluster.addr(), &probe) {
+        if let Some(took) = get_one() {
             probes.push((sent, took));
         }
         if all_pods.is_none() && count(&store, "pods", |_| true) >= pods_wanted {
@@ -399,40 +411,39 @@ fn main() {
             format!("{:.1} s", d.as_secs_f64())
         })
     };
-    // The issue's targets are for 1,000 jobs; other sizes report the same measures.
-    let judged = jobs == 1000;
+    // Targets are set for 1,000 and for 10,000 jobs; other sizes report the same measures.
+    let (thousand, ten_thousand) = (jobs == 1000, jobs == 10_000);
+    let judged = thousand || ten_thousand;
     let within = |d: Option<Duration>, secs: u64| d.is_some_and(|d| d < Duration::from_secs(secs));
     let amplification = work as f64 / minimum;
     let peak_mib = peak as f64 / 1024.0;
     println!("submitted in {:.2} s", submitted.as_secs_f64());
+    println!("all {pods_wanted} pods created after {}", fmt(all_pods));
+    let done_within = if ten_thousand { 60 } else { 10 };
     println!(
-        "all {pods_wanted} pods created after {} (target < 20 s: {})",
-        fmt(all_pods),
-        judge(judged, within(all_pods, 20))
-    );
-    println!(
-        "all {jobs} jobs succeeded after {} (target < 45 s: {})",
+        "all {jobs} jobs succeeded after {} (target < {done_within} s: {})",
         fmt(all_done),
-        judge(judged, within(all_done, 45))
+        judge(judged, within(all_done, done_within))
     );
+    let cpu_per_job = cpu_operator.as_secs_f64() * 1000.0 / jobs as f64;
     println!(
-        "CPU time: operator {:.1} s, embedded cluster (API server + kubelet, this process) {:.1} s (target: cluster < operator: {})",
+        "CPU time: operator {:.1} s, {cpu_per_job:.2} ms per job (target <= 5 ms at 10,000 jobs: {}); embedded cluster (API server + kubelet, this process) {:.1} s",
         cpu_operator.as_secs_f64(),
+        judge(ten_thousand, cpu_per_job <= 5.0),
         cpu_cluster.as_secs_f64(),
-        judge(true, cpu_cluster < cpu_operator)
     );
     if probes.is_empty() {
         println!(
-            "slowest GET of one TFJob during the run: no probe was answered (target <= 100 ms: {})",
-            judge(true, false)
+            "slowest GET of one TFJob during the run: no probe was answered (target < 50 ms at 10,000 jobs: {})",
+            judge(ten_thousand, false)
         );
     } else {
         let gets = GetLatencies::of(&probes);
         println!(
-            "slowest GET of one TFJob during the run: {:.1} ms over {} probes (target <= 100 ms: {}); median {:.1} ms, 99th percentile {:.1} ms; the slowest sent at {}",
+            "slowest GET of one TFJob during the run: {:.1} ms over {} probes (target < 50 ms at 10,000 jobs: {}); median {:.1} ms, 99th percentile {:.1} ms; the slowest sent at {}",
             ms(gets.slowest),
             probes.len(),
-            judge(true, gets.slowest <= Duration::from_millis(100)),
+            judge(ten_thousand, gets.slowest < Duration::from_millis(50)),
             ms(gets.median),
             ms(gets.p99),
             gets.slowest_at
@@ -453,6 +464,15 @@ fn main() {
         reads(Verb::List),
         reads(Verb::Watch)
     );
+    let operator_relists: u64 = ["pods", "services", "tfjobs"]
+        .map(|r| after.count(Verb::List, r) - before.count(Verb::List, r))
+        .iter()
+        .sum();
+    let kubelet_relists = store.kubelet_lists() - kubelet_lists_before;
+    println!(
+        "relists during the run: operator {operator_relists}, simulated kubelet {kubelet_relists} (target 0: {})",
+        judge(judged, operator_relists == 0 && kubelet_relists == 0)
+    );
     println!(
         "policy evaluations: {evaluations:.0}, {:.1} per job",
         evaluations / jobs as f64
@@ -469,10 +489,17 @@ fn main() {
         work as f64 / jobs as f64,
         events as f64 / jobs as f64
     );
+    let per_thousand = peak_mib * 1000.0 / jobs as f64;
     println!(
-        "operator peak RSS: {peak_mib:.1} MiB, {:.1} MiB per 1,000 jobs (target <= 150 MiB at 1,000 jobs: {})",
-        peak_mib * 1000.0 / jobs as f64,
-        judge(judged, peak_mib <= 150.0)
+        "operator peak RSS: {peak_mib:.1} MiB, {per_thousand:.1} MiB per 1,000 jobs (target <= 150 MiB at 1,000 jobs, <= 64 MiB per 1,000 at 10,000: {})",
+        judge(
+            judged,
+            if ten_thousand {
+                per_thousand <= 64.0
+            } else {
+                peak_mib <= 150.0
+            }
+        )
     );
     drop(operator);
     drop(cluster);

@@ -1037,7 +1037,10 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
     );
 
     struct Live<F> {
+        store: Arc<Store>,
         rx: tokio::sync::broadcast::Receiver<WatchEvent>,
+        /// Changes read back from the type's history after falling behind, sent before `rx`.
+        caught_up: std::collections::VecDeque<WatchEvent>,
         deadline: tokio::time::Instant,
         matches: F,
         resource: String,
@@ -1050,7 +1053,9 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
     }
     let last_rv = past.last().map_or(since, |e| e.rv);
     let live = Live {
+        store: Arc::clone(store),
         rx,
+        caught_up: std::collections::VecDeque::new(),
         deadline: tokio::time::Instant::now() + timeout,
         matches,
         resource,
@@ -1069,12 +1074,13 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
                 DEFAULT_WATCH
             };
             let until = s.deadline.min(tokio::time::Instant::now() + wait);
-            match tokio::time::timeout_at(until, s.rx.recv()).await {
+            let next = match s.caught_up.pop_front() {
+                Some(e) => Ok(Ok(e)),
+                None => tokio::time::timeout_at(until, s.rx.recv()).await,
+            };
+            match next {
                 Ok(Ok(e)) => {
-                    if e.rv <= s.last_rv
-                        || e.resource != s.resource
-                        || s.ns.as_ref().is_some_and(|n| *n != e.namespace)
-                    {
+                    if e.rv <= s.last_rv || s.ns.as_ref().is_some_and(|n| *n != e.namespace) {
                         continue;
                     }
                     s.last_rv = e.rv;
@@ -1083,9 +1089,20 @@ fn watch(store: &Arc<Store>, target: &Target, options: &ListOptions, as_table: b
                         return Some((Ok::<Bytes, Infallible>(line), s));
                     }
                 }
-                // Fell behind or the store is gone: end the stream; the client resumes from
-                // the last resourceVersion it saw (or relists on 410).
-                Ok(Err(RecvError::Lagged(_))) | Ok(Err(RecvError::Closed)) => return None,
+                // Fell behind: go on from the type's history, as the API server's watch cache
+                // serves a slow watcher. Only a watcher the history has moved past ends; the
+                // client resumes from the last resourceVersion it saw and relists on the 410.
+                Ok(Err(RecvError::Lagged(_))) => {
+                    match s.store.watch(&s.resource, s.ns.as_deref(), s.last_rv) {
+                        Ok((past, rx)) => {
+                            s.rx = rx;
+                            s.caught_up = past.into();
+                        }
+                        Err(_) => return None,
+                    }
+                }
+                // The store is gone.
+                Ok(Err(RecvError::Closed)) => return None,
                 Err(_) if tokio::time::Instant::now() >= s.deadline => return None,
                 Err(_) => {
                     let line = bookmark_line(&s.api_version, &s.kind, s.last_rv, false);
@@ -1189,5 +1206,52 @@ mod tests {
             assert!(!wrote(true, refused), "{refused}");
         }
         assert!(!wrote(false, StatusCode::OK));
+    }
+
+    /// A watcher that falls behind (its stream not read while more changes come than a watch
+    /// buffers) is caught up from the type's history: it sees every change, in order, on the
+    /// same stream.
+    #[tokio::test]
+    async fn a_watch_that_falls_behind_goes_on_from_the_history() {
+        use futures::StreamExt as _;
+        let store = Store::new();
+        let configmaps = store.resource("", "configmaps").unwrap();
+        let target = Target {
+            t: configmaps.clone(),
+            namespace: Some("ns".into()),
+            name: None,
+            part: Part::Whole,
+        };
+        let options = ListOptions {
+            watch: true,
+            resource_version: Some(store.resource_version().to_string()),
+            timeout_seconds: Some(60),
+            ..ListOptions::default()
+        };
+        let response = watch(&store, &target, &options, false);
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body().into_data_stream();
+        // Nothing read yet: every change beyond the watch's buffer overflows it.
+        let changes = 20_000;
+        for i in 0..changes {
+            let cm = json!({"metadata": {"name": format!("cm-{i}")}});
+            store.create(&configmaps, Some("ns"), cm).unwrap();
+        }
+        let (mut seen, mut text) = (0, String::new());
+        while seen < changes {
+            let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+                .await
+                .expect("the stream goes on")
+                .expect("the stream has not ended")
+                .unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+            while let Some((line, rest)) = text.split_once('\n') {
+                let event: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(event["type"], "ADDED", "{line}");
+                assert_eq!(event["object"]["metadata"]["name"], format!("cm-{seen}"));
+                seen += 1;
+                text = rest.to_owned();
+            }
+        }
     }
 }

@@ -133,14 +133,7 @@ impl Controller {
     }
 
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        let rv = self.store.resource_version();
-        let mut rx = match self.store.watch("", None, rv) {
-            Ok((_, rx)) => rx,
-            Err(e) => {
-                tracing::error!(error = %e, "the simulated Kueue cannot watch the store");
-                return;
-            }
-        };
+        let mut rx = self.store.subscribe_all();
         tokio::pin!(shutdown);
         loop {
             self.pass();

@@ -1,5 +1,7 @@
 //! The object store behind the embedded API server: every object as JSON, one global
-//! resourceVersion counter, a bounded history of changes for watches, and the server-side rules
+//! resourceVersion counter, a bounded history of changes per resource type for watches (as the
+//! API server's watch cache keeps one per resource, so one busy type never pushes another's
+//! watchers out), and the server-side rules
 //! clients rely on: uid and creationTimestamp on create, `AlreadyExists`, optimistic concurrency
 //! (`Conflict` on a stale resourceVersion), spec/status isolation with a status subresource,
 //! `metadata.generation` bumped on spec changes, finalizers and deletionTimestamp, and
@@ -388,8 +390,21 @@ pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The store's key of the core services type.
 const SERVICES: &str = "/services";
 
-/// Changes kept for watches that resume from an older resourceVersion.
+/// Changes of one resource type kept for watches that resume from an older resourceVersion.
 const HISTORY: usize = 50_000;
+
+/// Changes of one resource type a watcher may fall behind by before it has to catch up from the
+/// history (and then lists again only if the history has moved past it).
+const WATCH_BUFFER: usize = 16_384;
+
+/// The changes of one resource type: what its watches replay and where new ones are sent.
+struct TypeChanges {
+    history: VecDeque<WatchEvent>,
+    /// The oldest resourceVersion a watch of this type may resume from.
+    compacted: u64,
+    /// Made at the type's first watch: a type nobody watches pays for no channel.
+    tx: Option<broadcast::Sender<WatchEvent>>,
+}
 
 /// Where an object is stored. Ordered by type first, so one type's objects are one range.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -413,8 +428,10 @@ struct Inner {
     by_uid: BTreeMap<String, Key>,
     /// The objects whose ownerReferences name a uid (the owner may be gone already).
     dependents: BTreeMap<String, BTreeSet<Key>>,
-    history: VecDeque<WatchEvent>,
-    /// The oldest resourceVersion a watch may resume from.
+    /// Each resource type's changes, by [`ResourceType::key`].
+    changes: HashMap<String, TypeChanges>,
+    /// The oldest resourceVersion any watch may resume from (raised by a restore, whose
+    /// objects come with no history).
     compacted: u64,
     validators: HashMap<String, Validator>,
     /// The webhooks of each type, by name, run in the order they were added.
@@ -490,10 +507,15 @@ pub trait Journal: Send + Sync {
 /// held, so watchers see changes in resourceVersion order with no gaps.
 pub struct Store {
     inner: Mutex<Inner>,
-    tx: broadcast::Sender<WatchEvent>,
+    /// Every change of every type, for the controllers here that follow several types and only
+    /// need to know that something changed ([`Store::subscribe_all`]).
+    all: broadcast::Sender<WatchEvent>,
     /// Container logs, written by the simulated kubelet and read by `pods/log`; kept here
     /// because both hold the store.
     logs: crate::kubelet::logs::PodLogs,
+    /// How many times the simulated kubelet listed every pod (its start, and each time a watch
+    /// fell behind its type's history): what a scale run counts as the kubelet's relists.
+    kubelet_lists: std::sync::atomic::AtomicU64,
 }
 
 fn now() -> String {
@@ -529,7 +551,7 @@ fn spec_part(obj: &Value) -> Value {
 impl Store {
     /// A store serving the built-in types.
     pub fn new() -> Arc<Store> {
-        let (tx, _) = broadcast::channel(16_384);
+        let (all, _) = broadcast::channel(WATCH_BUFFER);
         let store = Store {
             inner: Mutex::new(Inner {
                 rv: 1,
@@ -537,7 +559,7 @@ impl Store {
                 objects: BTreeMap::new(),
                 by_uid: BTreeMap::new(),
                 dependents: BTreeMap::new(),
-                history: VecDeque::new(),
+                changes: HashMap::new(),
                 compacted: 1,
                 validators: HashMap::new(),
                 webhooks: HashMap::new(),
@@ -545,8 +567,9 @@ impl Store {
                 allocations: Allocations::default(),
                 journal: None,
             }),
-            tx,
+            all,
             logs: crate::kubelet::logs::PodLogs::new(),
+            kubelet_lists: std::sync::atomic::AtomicU64::new(0),
         };
         for t in builtin_types() {
             store.register(t);
@@ -645,6 +668,18 @@ impl Store {
         &self.logs
     }
 
+    /// How many times the simulated kubelet has listed every pod: once at its start, and once
+    /// more each time one of its watches fell behind further than the type's history reaches.
+    pub fn kubelet_lists(&self) -> u64 {
+        self.kubelet_lists
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_kubelet_list(&self) {
+        self.kubelet_lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().rv
@@ -659,17 +694,26 @@ impl Store {
         object: Arc<Value>,
     ) {
         let event = WatchEvent::new(inner.rv, t.key(), ns.to_owned(), type_, object);
-        inner.history.push_back(event.clone());
-        while inner.history.len() > HISTORY {
-            if let Some(old) = inner.history.pop_front() {
-                inner.compacted = old.rv;
-            }
-        }
         if let Some(journal) = &inner.journal {
             journal.append(event.clone());
         }
+        let floor = inner.compacted;
+        let changes = inner.changes.entry(t.key()).or_insert_with(|| TypeChanges {
+            history: VecDeque::new(),
+            compacted: floor,
+            tx: None,
+        });
+        changes.history.push_back(event.clone());
+        while changes.history.len() > HISTORY {
+            if let Some(old) = changes.history.pop_front() {
+                changes.compacted = old.rv;
+            }
+        }
         // No receiver is not an error: nobody is watching.
-        let _ = self.tx.send(event);
+        if let Some(tx) = &changes.tx {
+            let _ = tx.send(event.clone());
+        }
+        let _ = self.all.send(event);
     }
 
     /// Writes every change from now on to `journal` too (after a restore, which it holds).
@@ -1375,31 +1419,50 @@ impl Store {
         }
     }
 
-    /// Changes of `resource` (in `ns`, or all) after `since`, and a receiver for later ones.
-    /// `Gone` when `since` is older than the kept history.
+    /// Changes of `resource` (in `ns`, or all) after `since`, and a receiver for that type's
+    /// later ones. `Gone` when `since` is older than the type's kept history.
     pub fn watch(
         &self,
         resource: &str,
         ns: Option<&str>,
         since: u64,
     ) -> Result<(Vec<WatchEvent>, broadcast::Receiver<WatchEvent>), ApiError> {
-        let inner = self.lock();
-        if since < inner.compacted {
+        let mut inner = self.lock();
+        let floor = inner.compacted;
+        let changes = inner
+            .changes
+            .entry(resource.to_owned())
+            .or_insert_with(|| TypeChanges {
+                history: VecDeque::new(),
+                compacted: floor,
+                tx: None,
+            });
+        if since < changes.compacted {
             return Err(ApiError::gone(format!(
                 "too old resource version: {since} ({})",
-                inner.compacted
+                changes.compacted
             )));
         }
-        let rx = self.tx.subscribe();
-        let past = inner
+        let rx = changes
+            .tx
+            .get_or_insert_with(|| broadcast::channel(WATCH_BUFFER).0)
+            .subscribe();
+        // The history is in resourceVersion order: skip to the first change after `since`.
+        let first = changes.history.partition_point(|e| e.rv <= since);
+        let past = changes
             .history
-            .iter()
-            .filter(|e| {
-                e.rv > since && e.resource == resource && ns.is_none_or(|n| n == e.namespace)
-            })
+            .range(first..)
+            .filter(|e| ns.is_none_or(|n| n == e.namespace))
             .cloned()
             .collect();
         Ok((past, rx))
+    }
+
+    /// A receiver of every change of every type from now on, for a controller that follows
+    /// several types and reads the store anew when something changed (falling behind only
+    /// means reading it anew).
+    pub fn subscribe_all(&self) -> broadcast::Receiver<WatchEvent> {
+        self.all.subscribe()
     }
 
     /// Every object of every type (for persistence).
@@ -1428,6 +1491,12 @@ impl Store {
         }
         inner.rv = inner.rv.max(rv);
         inner.compacted = inner.rv;
+        // The restored objects come with no history: no watch resumes from before them.
+        let floor = inner.compacted;
+        for changes in inner.changes.values_mut() {
+            changes.history.clear();
+            changes.compacted = floor;
+        }
     }
 }
 
@@ -1779,6 +1848,52 @@ mod tests {
             s.watch(&t.key(), None, 0).is_err(),
             "older than the history"
         );
+    }
+
+    /// One busy type compacts its own history only: a watch of another type resumes from the
+    /// same resourceVersion, and sees exactly its own changes.
+    #[test]
+    fn each_type_keeps_its_own_watch_history() {
+        let s = Store::new();
+        let t = pods(&s);
+        let configmaps = s.resource("", "configmaps").unwrap();
+        s.create(&t, Some("ns"), pod("before")).unwrap();
+        let since = s.resource_version();
+        let mut all = s.subscribe_all();
+        for i in 0..=HISTORY {
+            s.create(
+                &configmaps,
+                Some("ns"),
+                json!({"metadata": {"name": format!("cm-{i}")}}),
+            )
+            .unwrap();
+        }
+        s.create(&t, Some("ns"), pod("after")).unwrap();
+        let (events, _) = s.watch(&t.key(), None, since).unwrap();
+        let names: Vec<_> = events.iter().map(|e| meta(&e.object, "name")).collect();
+        assert_eq!(names, [Some("after".to_owned())]);
+        let err = s.watch(&configmaps.key(), None, since).unwrap_err();
+        assert_eq!(err.code, 410, "the busy type's history has moved on");
+        // Later changes of a type reach its own watchers, and every watcher of all types.
+        let (_, mut pods_rx) = s.watch(&t.key(), None, s.resource_version()).unwrap();
+        s.create(
+            &configmaps,
+            Some("ns"),
+            json!({"metadata": {"name": "late"}}),
+        )
+        .unwrap();
+        s.create(&t, Some("ns"), pod("late")).unwrap();
+        let next = pods_rx.try_recv().unwrap();
+        assert_eq!(next.resource, t.key());
+        assert!(pods_rx.try_recv().is_err(), "nothing of other types");
+        assert!(matches!(
+            all.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(_))
+        ));
+        let kinds: std::collections::BTreeSet<_> = std::iter::from_fn(|| all.try_recv().ok())
+            .map(|e| e.resource)
+            .collect();
+        assert!(kinds.contains(&t.key()) && kinds.contains(&configmaps.key()));
     }
 
     /// Creates a pod owned by `owners` (each with its blockOwnerDeletion) holding `finalizers`.
