@@ -229,9 +229,12 @@ fn run_scenario(mode: Mode) {
     );
 
     // Quota: five jobs of 3 cpus where 9 are admitted at once.
-    for i in 0..5 {
-        apply(&c, &queued_job(&format!("q-{i}"), "user-queue", 2));
-    }
+    // In one apply, so the five arrive together and two must wait however slowly kubectl runs
+    // on a loaded machine (one apply each let the first jobs finish before the last came).
+    let jobs: Vec<String> = (0..5)
+        .map(|i| queued_job(&format!("q-{i}"), "user-queue", 2))
+        .collect();
+    apply(&c, &jobs.join("\n---\n"));
     let started = Instant::now();
     let mut most = 0;
     let mut waiting_said = None;
