@@ -121,13 +121,19 @@ pub async fn run(
 
     // The caches of owned objects keep their index by owner from the same events.
     let (pod_cache, pod_writer) = owner_index::cache();
-    let pod_stream = owner_index::reflector(pod_writer, watcher(pods, owned.clone()))
-        .default_backoff()
-        .touched_objects();
+    let pod_stream = owner_index::reflector(
+        pod_writer,
+        watcher(pods, owned.clone()).modify(owner_index::trim),
+    )
+    .default_backoff()
+    .touched_objects();
     let (service_cache, service_writer) = owner_index::cache();
-    let service_stream = owner_index::reflector(service_writer, watcher(services, owned))
-        .default_backoff()
-        .touched_objects();
+    let service_stream = owner_index::reflector(
+        service_writer,
+        watcher(services, owned).modify(owner_index::trim),
+    )
+    .default_backoff()
+    .touched_objects();
 
     // What `Controller::new` builds, with every trigger stream passing the work queue metrics.
     let (job_reader, job_writer) = reflector::store();

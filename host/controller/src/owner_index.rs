@@ -252,6 +252,23 @@ where
     (cache, writer)
 }
 
+/// kubectl's copy of the configuration it last applied, kept in an annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from an owned object what no reconcile reads before it is cached: the field managers a
+/// real API server records on every write (often a large part of a pod or service) and kubectl's
+/// copy of the last applied configuration. Passed to the watch's `modify`.
+pub fn trim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
 /// kube-runtime's `reflector` for an [`OwnedCache`]: applies each event of `stream` to the
 /// cache before passing it on.
 ///
@@ -321,6 +338,35 @@ fn remember_owners<K: Resource + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_objects_lose_their_field_managers_and_last_applied_copy_only() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "w-0",
+                "labels": {"team": "ml"},
+                "annotations": {LAST_APPLIED: "{\"big\": true}", "sim.tfjob.dev/duration": "2s"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+                    "name": "j", "uid": "u", "controller": true}]
+            },
+            "spec": {"containers": [{"name": "tensorflow", "image": "tf"}]}
+        }))
+        .unwrap();
+        let mut expected = pod.clone();
+        expected.metadata.managed_fields = None;
+        expected.metadata.annotations =
+            Some([("sim.tfjob.dev/duration".to_owned(), "2s".to_owned())].into());
+        trim(&mut pod);
+        assert_eq!(pod, expected);
+        // Nothing left to drop: no empty annotation map is left behind either.
+        let mut applied: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "annotations": {LAST_APPLIED: "{}"}}
+        }))
+        .unwrap();
+        trim(&mut applied);
+        assert_eq!(applied.metadata.annotations, None);
+    }
     use futures::{FutureExt, StreamExt};
     use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
