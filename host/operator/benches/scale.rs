@@ -344,10 +344,10 @@ fn main() {
     let probe_api: kube::Api<tfjob_api::TFJob> = kube::Api::namespaced(cluster.client(), NAMESPACE);
     let get_one = || {
         let sent = Instant::now();
-        let answered = runtime.block_on(tokio::time::timeout(
-            Duration::from_secs(10),
-            probe_api.get("scale-00000"),
-        ));
+        // The timer is made on the runtime, inside the future.
+        let answered = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), probe_api.get("scale-00000")).await
+        });
         matches!(answered, Ok(Ok(_))).then(|| sent.elapsed())
     };
     let kubelet_lists_before = store.kubelet_lists();
