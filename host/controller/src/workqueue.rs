@@ -1,5 +1,6 @@
-//! client-go's work queue metrics (`workqueue_*{name="tfjob",controller="tfjob"}`) for a
-//! kube-runtime controller, which has no work queue to read them from.
+//! The TFJob controller's work queue as client-go has it, around kube-runtime's scheduler: a
+//! trigger for a job whose request already waits is absorbed, and client-go's work queue metrics
+//! (`workqueue_*{name="tfjob",controller="tfjob"}`) are kept from the same events.
 //!
 //! kube-runtime keeps its requests inside the controller: a scheduler that holds one slot per
 //! job (an earlier request replaces a later one; a request for a job being reconciled waits
@@ -11,6 +12,14 @@
 //! those events under the scheduler's rules, so its depth is the number of jobs with a request
 //! waiting for a worker, as client-go's queue depth is.
 //!
+//! The model also decides which triggers reach the scheduler. A request that waits for its
+//! worker (here, for its seat) reads the job, its pods and its services from the caches once it
+//! starts, and every cache is written before its watch event becomes a trigger; so a second
+//! trigger for that job would only make it run twice. client-go drops such an add; kube-runtime,
+//! whose runner counts a request waiting for a seat as running, would keep it as pending and scan
+//! every pending request on each poll, which grows with the square of the jobs waiting. Here it is
+//! dropped before it gets there.
+//!
 //! What differs from client-go (the README lists it too): a request is counted when its watch
 //! event passes the trigger stream, a moment before kube-runtime's scheduler receives it; a
 //! requeue is added when it comes due, noticed at the next event for that job or the next scrape;
@@ -21,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, TryStreamExt, future};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::error_boundary::DeserializeGuard;
@@ -105,7 +114,8 @@ pub struct QueueModel {
 
 impl QueueModel {
     /// A trigger for `key` at `now`. Returns false when it joins a request already waiting (as
-    /// client-go does, a duplicate is not an add).
+    /// client-go does, a duplicate is not an add): that request reads the caches when it starts,
+    /// so the trigger need not go on.
     pub fn add(&mut self, key: QueueKey, now: Instant) -> bool {
         let entry = self.entries.entry(key).or_default();
         if entry.promote(now) {
@@ -252,7 +262,8 @@ impl WorkQueue {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Wraps the TFJob watch stream: each object it yields wakes that job.
+    /// Wraps the TFJob watch stream: each object it yields wakes that job, and goes on to the
+    /// scheduler unless a request for the job already waits.
     pub fn job_triggers<S>(&self, stream: S) -> impl Stream<Item = S::Item> + Send + 'static
     where
         S: Stream<Item = Result<DeserializeGuard<TFJob>, kube::runtime::watcher::Error>>
@@ -260,25 +271,29 @@ impl WorkQueue {
             + 'static,
     {
         let queue = self.clone();
-        stream.inspect_ok(move |job| {
-            queue.model().add(QueueKey::of(job.meta()), Instant::now());
+        stream.try_filter(move |job| {
+            future::ready(queue.model().add(QueueKey::of(job.meta()), Instant::now()))
         })
     }
 
     /// Wraps an owned kind's watch stream: each object it yields wakes the TFJobs among its
-    /// owners, found by the same rule kube-runtime's `owns_stream` applies.
+    /// owners, found by the same rule kube-runtime's `owns_stream` applies, and goes on to the
+    /// scheduler when it wakes one whose request is not already waiting.
     pub fn owner_triggers<S, C>(&self, stream: S) -> impl Stream<Item = S::Item> + Send + 'static
     where
         S: Stream<Item = Result<C, kube::runtime::watcher::Error>> + Send + 'static,
-        C: Resource,
+        C: Resource + Send + 'static,
     {
         let queue = self.clone();
-        stream.inspect_ok(move |child| queue.add_owners(child.meta()))
+        stream.try_filter(move |child| future::ready(queue.add_owners(child.meta())))
     }
 
-    fn add_owners(&self, meta: &ObjectMeta) {
+    /// Adds a trigger for every TFJob owning the object with `meta`; true if one of them was
+    /// not already waiting.
+    fn add_owners(&self, meta: &ObjectMeta) -> bool {
         let now = Instant::now();
         let mut model = self.model();
+        let mut woken = false;
         for owner in meta.owner_references.iter().flatten() {
             let job = ObjectRef::<DeserializeGuard<TFJob>>::from_owner_ref(
                 meta.namespace.as_deref(),
@@ -286,9 +301,10 @@ impl WorkQueue {
                 (),
             );
             if let Some(job) = job {
-                model.add(QueueKey::from_ref(&job), now);
+                woken |= model.add(QueueKey::from_ref(&job), now);
             }
         }
+        woken
     }
 
     /// Looks at one result of the controller's stream: a request whose job is no longer in the
@@ -407,6 +423,10 @@ impl Collector for WorkQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::channel::mpsc;
+    use futures::{FutureExt, StreamExt};
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn key(name: &str) -> QueueKey {
         QueueKey {
@@ -491,6 +511,74 @@ mod tests {
         q.forget(&key("gone"));
         assert_eq!(q.depth(), 0);
         assert!(q.entries.is_empty());
+    }
+
+    /// A pod owned by the TFJob `job` in namespace `ml`.
+    fn pod_of(job: &str) -> Result<Pod, kube::runtime::watcher::Error> {
+        Ok(Pod {
+            metadata: ObjectMeta {
+                namespace: Some("ml".into()),
+                name: Some(format!("{job}-worker-0")),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "kubeflow.org/v1".into(),
+                    kind: "TFJob".into(),
+                    name: job.into(),
+                    uid: format!("uid-{job}"),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn a_trigger_for_a_job_whose_request_waits_does_not_reach_the_scheduler() {
+        let queue = WorkQueue::register(&mut Registry::default());
+        let (tx, rx) = mpsc::unbounded();
+        let mut triggers = Box::pin(queue.owner_triggers(rx));
+        // What reaches the scheduler after `pod` comes: the pod, or nothing.
+        let mut passes = |pod: Result<Pod, kube::runtime::watcher::Error>| {
+            tx.unbounded_send(pod).unwrap();
+            triggers.next().now_or_never().is_some()
+        };
+
+        assert!(passes(pod_of("a")), "the first trigger of an idle job");
+        assert!(!passes(pod_of("a")), "its request waits: absorbed");
+        assert!(passes(pod_of("b")), "another job is woken");
+        assert!(
+            !passes(Ok(Pod::default())),
+            "an object owned by no TFJob wakes nothing"
+        );
+
+        // Once the reconcile started, it may have read the caches before this change.
+        queue.started(key("a"), Instant::now());
+        assert!(passes(pod_of("a")), "a change during the reconcile goes on");
+        assert!(!passes(pod_of("a")), "one rerun already waits: absorbed");
+        queue.finished(&key("a"), None, Instant::now());
+        assert!(!passes(pod_of("a")), "the rerun still waits: absorbed");
+        queue.started(key("a"), Instant::now());
+        queue.finished(&key("a"), None, Instant::now());
+        assert!(passes(pod_of("a")), "idle again: woken");
+        assert_eq!(queue.model().adds(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_job_change_while_its_request_waits_does_not_reach_the_scheduler() {
+        let queue = WorkQueue::register(&mut Registry::default());
+        let job = |name: &str| {
+            let mut job = TFJob::new(name, Default::default());
+            job.metadata.namespace = Some("ml".into());
+            Ok(DeserializeGuard(Ok(job)))
+        };
+        let mut triggers =
+            Box::pin(queue.job_triggers(futures::stream::iter([job("a"), job("a"), job("b")])));
+        let mut passed = Vec::new();
+        while let Some(Ok(DeserializeGuard(Ok(job)))) = triggers.next().await {
+            passed.push(job.metadata.name.unwrap());
+        }
+        assert_eq!(passed, ["a", "b"]);
     }
 
     #[test]
