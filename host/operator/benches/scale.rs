@@ -10,7 +10,8 @@
 //! - the operator's peak resident memory, and per 1,000 jobs;
 //! - the CPU time of the operator process and of this process (the embedded API server and the
 //!   simulated kubelet), so the split shows whether the simulator or the operator is the bound;
-//! - the policy evaluations per job (the operator's `tfjob_policy_evaluations` counters);
+//! - the policy evaluations and the reconciles per job (the operator's
+//!   `tfjob_policy_evaluations_total` and `controller_runtime_reconcile_total` counters);
 //! - the slowest answer to a GET of one TFJob (what `kubectl get tfjob NAME` sends, over HTTPS
 //!   with the kubeconfig the cluster writes) while the jobs run;
 //! - relists: lists the operator sent after its start, and lists of every pod by the simulated
@@ -27,16 +28,24 @@
 //! memory and CPU time printed are then the profiler's process's, and the bench stops only that
 //! process at the end: stop the operator with SIGTERM for the profiler to write its data.
 //!
+//! `TFJOB_SCALE_PYTHON_DECORATOR=1` adds a policy written in Python to every pod the operator
+//! creates: the team-labels example, built with componentize-py (as `tests/run` installs it, or
+//! `TFJOB_COMPONENTIZE_PY`), pushed with `policy push` to the distribution registry on loopback
+//! (`docker-registry`), and named cluster-wide by a policy ConfigMap; the run starts once the
+//! operator reports it active, and ends by checking that a pod carries its label.
+//!
 //! The operator runs with the environment of the release image (the `ENV` lines of the
 //! repository's `Dockerfile`: the allocator's settings), so the memory measured is the deployed
 //! operator's.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::{Value, json};
 use tfjob_cluster::Store;
 use tfjob_cluster::http::requests::{RequestSnapshot, Verb};
@@ -44,6 +53,8 @@ use tfjob_cluster::kubelet::KubeletConfig;
 use tfjob_operator::embedded::{ClusterOptions, EmbeddedCluster};
 use tfjob_operator::policy_setup::Policies;
 use tfjob_policy_engine::SandboxLimits;
+use tfjob_policy_engine::configmap::{PolicyState, PolicyStatus};
+use tfjob_test_support::registry::Registry;
 
 const NAMESPACE: &str = "bench";
 
@@ -67,6 +78,118 @@ fn job(i: usize) -> Value {
             "Worker": {"replicas": 4, "restartPolicy": "Never", "template": template("2s")}
         }}
     })
+}
+
+/// The namespace the operator reads policy ConfigMaps from by default.
+const POLICY_NAMESPACE: &str = "tfjob-system";
+
+/// The team-labels example's Python policy, served from a registry on loopback and named by a
+/// policy ConfigMap in [`POLICY_NAMESPACE`]: what `TFJOB_SCALE_PYTHON_DECORATOR=1` adds.
+struct PythonDecorator {
+    /// Kept running for the operator's pull; stopped when the bench ends.
+    _registry: Registry,
+    /// The operator's flags to pull from it and cache what it pulled.
+    operator_args: Vec<String>,
+}
+
+/// The label the decorator puts on every pod.
+const TEAM: &str = "ml";
+
+impl PythonDecorator {
+    /// Builds the example, pushes it with `policy push` and stores the ConfigMap naming it.
+    fn ship(store: &Store, dir: &Path) -> PythonDecorator {
+        let component = dir.join("team-labels.wasm");
+        tfjob_test_support::build_python(
+            &tfjob_test_support::repo("guest-policies/examples/team-labels/python"),
+            "decorator",
+            &component,
+        );
+        let registry = Registry::start();
+        let pushed = Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
+            .args(["policy", "push"])
+            .arg(&component)
+            .arg(format!("{}/policies/team-labels:v1", registry.host()))
+            .arg("--insecure")
+            // No Docker config of the user's: the registry asks for no password.
+            .env("HOME", "/nonexistent")
+            .output()
+            .expect("tfjob-operator policy push runs");
+        assert!(
+            pushed.status.success(),
+            "policy push: {}",
+            String::from_utf8_lossy(&pushed.stderr)
+        );
+        let pinned = String::from_utf8(pushed.stdout).unwrap().trim().to_owned();
+        let configmaps = store.resource("", "configmaps").expect("served type");
+        store
+            .create(
+                &configmaps,
+                Some(POLICY_NAMESPACE),
+                json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "tfjob-policy-team-labels", "namespace": POLICY_NAMESPACE,
+                                 "labels": {"policy.tfjob.dev/policy": "true"}},
+                    "data": {"module": format!("oci://{pinned}"),
+                             "policy.yaml": format!("name: team-labels\nhooks: [decorate]\nsettings:\n  team: {TEAM}\n")},
+                }),
+            )
+            .unwrap();
+        let cache = dir.join("policy-cache");
+        std::fs::create_dir(&cache).unwrap();
+        // The operator refuses a cache others could write to.
+        std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        PythonDecorator {
+            _registry: registry,
+            operator_args: vec![
+                "--policy-registry-insecure".into(),
+                "127.0.0.1".into(),
+                "--policy-cache-dir".into(),
+                cache.display().to_string(),
+            ],
+        }
+    }
+
+    /// Waits until the operator reports the policy active; panics with its status otherwise.
+    fn wait_active(store: &Store) {
+        let configmaps = store.resource("", "configmaps").expect("served type");
+        let started = Instant::now();
+        loop {
+            let status = store
+                .get(
+                    &configmaps,
+                    Some(POLICY_NAMESPACE),
+                    "tfjob-policy-team-labels",
+                )
+                .ok()
+                .and_then(|cm| serde_json::from_value::<ConfigMap>((*cm).clone()).ok())
+                .and_then(|cm| PolicyStatus::of(&cm)?.ok());
+            if status
+                .as_ref()
+                .is_some_and(|s| s.state == PolicyState::Active)
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "the Python decorator never became active: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Panics unless the first job's first worker carries the decorator's label.
+    fn check_decorated(store: &Store) {
+        let pods = store.resource("", "pods").expect("served type");
+        let pod = store
+            .get(&pods, Some(NAMESPACE), "scale-00000-worker-0")
+            .expect("the first worker exists");
+        assert_eq!(
+            pod.pointer("/metadata/labels/team").and_then(Value::as_str),
+            Some(TEAM),
+            "the Python decorator labelled the pod"
+        );
+    }
 }
 
 /// Kills the operator process when the bench ends, however it ends.
@@ -290,6 +413,16 @@ fn main() {
     let cluster = runtime.block_on(EmbeddedCluster::start(options)).unwrap();
     cluster.write_kubeconfig(&kubeconfig).unwrap();
     let store = Arc::clone(cluster.store());
+    let python = std::env::var("TFJOB_SCALE_PYTHON_DECORATOR").is_ok_and(|v| v == "1");
+    println!(
+        "policies: {}",
+        if python {
+            "the defaults, and the team-labels example in Python from a registry, cluster-wide"
+        } else {
+            "the defaults"
+        }
+    );
+    let decorator = python.then(|| PythonDecorator::ship(&store, dir.path()));
 
     let metrics_addr = free_port();
     let operator_exe = env!("CARGO_BIN_EXE_tfjob-operator");
@@ -313,6 +446,7 @@ fn main() {
             .args(["--kube-api-qps", "1000000", "--kube-api-burst", "1000000"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
+            .args(decorator.iter().flat_map(|d| &d.operator_args))
             .envs(image_env())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -330,14 +464,23 @@ fn main() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    if decorator.is_some() {
+        PythonDecorator::wait_active(&store);
+    }
     let before = cluster.requests().snapshot();
     let tfjobs = store.resource("kubeflow.org", "tfjobs").unwrap();
+    // Policy evaluations and reconciles so far, from the operator's own metrics.
     let scrape = || {
         http_get(metrics_addr, "/metrics")
-            .map(|(_, body, _)| counter_sum(&body, "tfjob_policy_evaluations_total"))
-            .unwrap_or(0.0)
+            .map(|(_, body, _)| {
+                (
+                    counter_sum(&body, "tfjob_policy_evaluations_total"),
+                    counter_sum(&body, "controller_runtime_reconcile_total"),
+                )
+            })
+            .unwrap_or_default()
     };
-    let evaluations_before = scrape();
+    let (evaluations_before, reconciles_before) = scrape();
     let (cpu_operator_before, cpu_cluster_before) =
         (cpu_time(&operator.0.id().to_string()), cpu_time("self"));
     // A client of the cluster's own (HTTPS, its CA), apart from the operator's.
@@ -394,7 +537,13 @@ fn main() {
     }
     let cpu_operator = cpu_time(&operator.0.id().to_string()) - cpu_operator_before;
     let cpu_cluster = cpu_time("self") - cpu_cluster_before;
-    let evaluations = scrape() - evaluations_before;
+    let (evaluations, reconciles) = {
+        let (evaluations, reconciles) = scrape();
+        (
+            evaluations - evaluations_before,
+            reconciles - reconciles_before,
+        )
+    };
     let after = cluster.requests().snapshot();
     let delta = |resource: &str| writes(&after, resource) - writes(&before, resource);
     let (pods, services, status, jobs_writes, events) = (
@@ -474,8 +623,9 @@ fn main() {
         judge(judged, operator_relists == 0 && kubelet_relists == 0)
     );
     println!(
-        "policy evaluations: {evaluations:.0}, {:.1} per job",
-        evaluations / jobs as f64
+        "policy evaluations: {evaluations:.0}, {:.1} per job; reconciles: {reconciles:.0}, {:.1} per job",
+        evaluations / jobs as f64,
+        reconciles / jobs as f64
     );
     println!(
         "operator writes: pods {pods}, services {services}, status {status}, tfjobs {jobs_writes}, events {events}"
@@ -501,6 +651,9 @@ fn main() {
             }
         )
     );
+    if decorator.is_some() && all_done.is_some() {
+        PythonDecorator::check_decorated(&store);
+    }
     drop(operator);
     drop(cluster);
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::cluster::Cluster;
-use common::registry::{self, Registry, push};
+use common::registry::{self, push};
 use common::{Killed, eventually, expect_success, operator, run};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -28,6 +28,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use tfjob_policy_engine::configmap::{PolicyState, PolicyStatus};
 use tfjob_policy_engine::defaults;
+use tfjob_test_support::registry::Registry;
 
 /// One test at a time: each measures the operator's memory and time, which a test beside it
 /// (compiling, swapping) would disturb.

@@ -7,11 +7,12 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::registry::{Registry, publish_with_skopeo, skopeo};
+use common::registry::{publish_with_skopeo, skopeo};
 use common::{expect_failure, expect_success, operator, run, write};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tfjob_policy_engine::defaults;
+use tfjob_test_support::registry::Registry;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 

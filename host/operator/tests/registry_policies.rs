@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::registry::{self, Registry, push};
+use common::registry::{self, push};
 use common::{Killed, RUNTIME_LOAD, eventually, write};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tfjob_policy_engine::configmap::{PolicyState, PolicyStatus};
 use tfjob_policy_engine::defaults;
+use tfjob_test_support::registry::{PASSWORD, Registry};
 
 const POLICY_NS: &str = "tfjob-system";
 
@@ -419,9 +420,7 @@ fn credentials_come_from_the_pull_secret_in_the_configmaps_namespace() {
     let auth = write(
         dir.path(),
         "config.json",
-        env.registry
-            .docker_config(common::registry::PASSWORD)
-            .as_bytes(),
+        env.registry.docker_config(PASSWORD).as_bytes(),
     );
     let tag = format!("{host}/team/private:v1");
     push(
@@ -443,10 +442,7 @@ fn credentials_come_from_the_pull_secret_in_the_configmaps_namespace() {
     };
     env.cluster.runtime.block_on(async {
         secrets
-            .create(
-                &PostParams::default(),
-                &secret("good", common::registry::PASSWORD),
-            )
+            .create(&PostParams::default(), &secret("good", PASSWORD))
             .await
             .unwrap();
         secrets

@@ -1,7 +1,8 @@
 //! Building policies for the tests and benches the way their authors build them: Python with
 //! componentize-py, JavaScript with componentize-js (at the versions the SDKs pin,
 //! `guest-policies/sdk-python/requirements.txt` and `guest-policies/sdk-js/package-lock.json`),
-//! Rust with cargo for `wasm32-wasip2`; and running a child process with a time limit.
+//! Rust with cargo for `wasm32-wasip2`; running a child process with a time limit; and a real OCI
+//! registry on loopback ([`registry::Registry`]).
 //!
 //! `tests/run` installs both componentize tools outside the clone and names them in
 //! `TFJOB_COMPONENTIZE_PY` and `TFJOB_COMPONENTIZE_JS`. Elsewhere they are looked up on `PATH`
@@ -11,6 +12,7 @@
 
 mod kept;
 mod process;
+pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
