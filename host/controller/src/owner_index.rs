@@ -14,10 +14,17 @@
 //! at a time, which costs about what cloning the typed objects out of the cache cost.
 //!
 //! Objects and index are one structure under one lock, written by one writer in the order of
-//! the watch events, so a reader never sees an object under an owner it has left. A relist is
-//! built aside and swapped in whole when it is complete, as kube-runtime's reflector `Writer`
-//! does: objects deleted while the watch was down disappear, and readers never see a
-//! half-listed cache.
+//! the watch events, so a reader never sees an object under an owner it has left.
+//!
+//! A relist is applied in place, as client-go's informers apply one: each listed object
+//! replaces its cached state as it arrives, marked with the listing's number, and when the
+//! listing is complete the objects it did not mark (deleted while the watch was down) are
+//! swept out and passed on as deletions, so their jobs wake too. kube-runtime's reflector
+//! instead builds the relist aside and swaps it in: at 50,000 pods that is a second whole cache
+//! beside the live one at the moment memory is most needed. In place, a reader during a relist
+//! sees each object in its state from before the relist or its latest one, and a deleted object
+//! until the sweep: states it could have read before the relist began. Jobs are woken by a
+//! relist only after the sweep (see [`reflector`]).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -31,20 +38,23 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-/// The objects of one listing, with their controller owners.
+/// The cached objects, with their controller owners.
 struct Entries<K: Resource>
 where
     K::DynamicType: Eq + Hash,
 {
     objects: HashMap<ObjectRef<K>, Stored>,
     by_owner: HashMap<String, HashSet<ObjectRef<K>>>,
+    /// The number of the latest listing; every object written since it began carries it.
+    listing: u32,
 }
 
-/// One cached object: its controller owner's uid and its JSON text, shared with readers
-/// decoding it.
+/// One cached object: its controller owner's uid, its JSON text (shared with readers decoding
+/// it) and the number of the listing current when it was last written.
 struct Stored {
     owner: Option<Box<str>>,
     json: Arc<[u8]>,
+    listing: u32,
 }
 
 impl<K: Resource> Default for Entries<K>
@@ -55,6 +65,7 @@ where
         Entries {
             objects: HashMap::new(),
             by_owner: HashMap::new(),
+            listing: 0,
         }
     }
 }
@@ -86,6 +97,7 @@ where
         let stored = Stored {
             owner: owner.clone(),
             json,
+            listing: self.listing,
         };
         if let Some(previous) = self.objects.insert(key.clone(), stored)
             && previous.owner != owner
@@ -98,6 +110,31 @@ where
         if let Some(previous) = self.objects.remove(key) {
             self.leave(key, previous.owner.as_deref());
         }
+    }
+
+    /// Begins a listing: objects written from now on are marked as listed by it.
+    fn begin_listing(&mut self) {
+        // Wrapping is harmless: only equality with the current listing is ever asked.
+        self.listing = self.listing.wrapping_add(1);
+    }
+
+    /// Ends a listing: removes every object it did not list and returns their texts.
+    fn sweep_unlisted(&mut self) -> Vec<Arc<[u8]>> {
+        let listing = self.listing;
+        let unlisted: Vec<ObjectRef<K>> = self
+            .objects
+            .iter()
+            .filter(|(_, stored)| stored.listing != listing)
+            .map(|(key, _)| key.clone())
+            .collect();
+        unlisted
+            .iter()
+            .filter_map(|key| {
+                let stored = self.objects.remove(key)?;
+                self.leave(key, stored.owner.as_deref());
+                Some(stored.json)
+            })
+            .collect()
     }
 
     /// Takes `key` out of the entry of `owner`.
@@ -165,17 +202,7 @@ where
     pub fn owned_by(&self, uid: &str) -> Vec<K> {
         // Copied out under the lock, decoded after it: the watch is not held up by decoding.
         let texts = self.entries.read().expect("owned cache lock").owned_by(uid);
-        texts
-            .iter()
-            .filter_map(|json| match serde_json::from_slice(json) {
-                Ok(obj) => Some(obj),
-                // The text was written by `apply` from a typed object of the same kind.
-                Err(error) => {
-                    tracing::error!(%error, "a cached object could not be decoded");
-                    None
-                }
-            })
-            .collect()
+        texts.iter().filter_map(|json| decode(json)).collect()
     }
 
     /// How many objects the cache holds.
@@ -196,40 +223,49 @@ where
     }
 }
 
-/// Writes an [`OwnedCache`], with the relist being built.
+/// Writes an [`OwnedCache`].
 pub struct OwnedWriter<K: Resource>
 where
     K::DynamicType: Eq + Hash,
 {
     live: Arc<RwLock<Entries<K>>>,
-    relist: Entries<K>,
     listed: watch::Sender<bool>,
 }
 
-impl<K: Resource + Serialize> OwnedWriter<K>
+impl<K: Resource + Serialize + DeserializeOwned> OwnedWriter<K>
 where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    /// Applies one watch event as kube-runtime's `Writer` applies it to its cache.
-    pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) {
+    /// Applies one watch event to the cache, a listing in place. Returns the objects the end of
+    /// a listing swept out because it did not list them; empty for every other event.
+    pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) -> Vec<K> {
         match event {
-            watcher::Event::Apply(obj) => self.write().apply(obj),
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => self.write().apply(obj),
             watcher::Event::Delete(obj) => self.write().remove(&ObjectRef::from_obj(obj)),
-            // A relist starts from nothing; readers keep the previous cache until it is done.
-            watcher::Event::Init => self.relist = Entries::default(),
-            watcher::Event::InitApply(obj) => self.relist.apply(obj),
+            watcher::Event::Init => self.write().begin_listing(),
             watcher::Event::InitDone => {
-                let relisted = std::mem::take(&mut self.relist);
-                let previous = std::mem::replace(&mut *self.write(), relisted);
-                // Freed after the lock is released: readers do not wait on the deallocation.
-                drop(previous);
+                let swept = self.write().sweep_unlisted();
                 self.listed.send_replace(true);
+                // Decoded after the lock is released: readers do not wait on it.
+                return swept.iter().filter_map(|json| decode(json)).collect();
             }
         }
+        Vec::new()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries<K>> {
         self.live.write().expect("owned cache lock")
+    }
+}
+
+/// Decodes a cached text, which `apply` wrote from a typed object of the same kind.
+fn decode<K: DeserializeOwned>(json: &[u8]) -> Option<K> {
+    match serde_json::from_slice(json) {
+        Ok(obj) => Some(obj),
+        Err(error) => {
+            tracing::error!(%error, "a cached object could not be decoded");
+            None
+        }
     }
 }
 
@@ -246,7 +282,6 @@ where
     };
     let writer = OwnedWriter {
         live: entries,
-        relist: Entries::default(),
         listed: listed_tx,
     };
     (cache, writer)
@@ -272,15 +307,16 @@ pub fn trim<K: Resource>(obj: &mut K) {
 /// kube-runtime's `reflector` for an [`OwnedCache`]: applies each event of `stream` to the
 /// cache before passing it on.
 ///
-/// A relist's objects are passed on only once it is complete and swapped in, as one touch (an
-/// object holding only its name, namespace and owner references) per set of owners. Passed on
-/// as they were listed, they woke their jobs while readers still saw the cache from before the
-/// relist: each reconcile found the stale objects, and nothing woke the job again after the
-/// swap. At 10,000 jobs a pod watch that fell behind relisted 50,000 pods, and hundreds of jobs
-/// whose pods had all completed stayed `Created` for good.
+/// A relist's objects are passed on only once it is complete and swept, as one touch (an
+/// object holding only its name, namespace and owner references) per set of owners, followed
+/// by a deletion for each object the sweep removed. Passed on as they were listed, they woke
+/// their jobs before the cache was complete: at 10,000 jobs a pod watch that fell behind
+/// relisted 50,000 pods, and hundreds of jobs whose pods had all completed stayed `Created` for
+/// good. The deletions wake the jobs whose objects went while the watch was down, which a
+/// relist alone never names.
 pub fn reflector<K, W>(mut writer: OwnedWriter<K>, stream: W) -> impl Stream<Item = W::Item>
 where
-    K: Resource + Serialize + Default,
+    K: Resource + Serialize + DeserializeOwned + Default,
     K::DynamicType: Eq + Hash + Clone + Default,
     W: Stream<Item = watcher::Result<watcher::Event<K>>>,
 {
@@ -288,7 +324,7 @@ where
     stream.flat_map(move |item| {
         let passed: Vec<W::Item> = match item {
             Ok(event) => {
-                writer.apply_watcher_event(&event);
+                let swept = writer.apply_watcher_event(&event);
                 match event {
                     watcher::Event::Init => {
                         relisted.clear();
@@ -301,6 +337,7 @@ where
                     watcher::Event::InitDone => relisted
                         .drain()
                         .map(|(_, touch)| Ok(watcher::Event::Apply(touch)))
+                        .chain(swept.into_iter().map(|obj| Ok(watcher::Event::Delete(obj))))
                         .chain([Ok(watcher::Event::InitDone)])
                         .collect(),
                     event => vec![Ok(event)],
@@ -480,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn a_relist_replaces_the_cache_when_it_is_done() {
+    fn a_relist_is_applied_in_place_and_sweeps_what_it_did_not_list() {
         let (cache, mut w) = cache::<Pod>();
         for name in ["a-0", "a-1", "a-2"] {
             w.apply_watcher_event(&watcher::Event::Apply(controlled(name, "a")));
@@ -490,23 +527,59 @@ mod tests {
         w.apply_watcher_event(&watcher::Event::Init);
         w.apply_watcher_event(&watcher::Event::InitApply(controlled("a-0", "a")));
         w.apply_watcher_event(&watcher::Event::InitApply(controlled("a-2", "c")));
-        // Until the relist is complete, readers see the cache as it was.
-        assert_eq!(cached(&cache, "a"), ["a-0", "a-1", "a-2"]);
+        // Mid-listing, each object is in its state from before the relist or its latest one;
+        // the deleted ones stay until the listing is complete. One copy of each, no second
+        // cache.
+        assert_eq!(cached(&cache, "a"), ["a-0", "a-1"]);
         assert_eq!(cached(&cache, "b"), ["b-0"]);
+        assert_eq!(cached(&cache, "c"), ["a-2"]);
+        assert_eq!(cache.len(), 4);
         w.apply_watcher_event(&watcher::Event::InitApply(controlled("c-0", "c")));
-        assert!(cached(&cache, "c").is_empty());
-        w.apply_watcher_event(&watcher::Event::InitDone);
+        let mut swept: Vec<String> = w
+            .apply_watcher_event(&watcher::Event::InitDone)
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap_or_default())
+            .collect();
+        swept.sort();
+        assert_eq!(
+            swept,
+            ["a-1", "b-0"],
+            "the unlisted objects come back whole"
+        );
         assert_eq!(cached(&cache, "a"), ["a-0"]);
         assert!(cached(&cache, "b").is_empty());
         assert_eq!(cached(&cache, "c"), ["a-2", "c-0"]);
         assert_eq!(cache.len(), 3);
-        // The next relist starts empty, not from the previous one's leftovers.
+        assert!(!cache.entries.read().unwrap().by_owner.contains_key("b"));
+        // Objects applied between listings are kept by the next listing only if it lists them.
+        w.apply_watcher_event(&watcher::Event::Apply(controlled("d-0", "d")));
         w.apply_watcher_event(&watcher::Event::Init);
         w.apply_watcher_event(&watcher::Event::InitApply(controlled("c-0", "c")));
-        w.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(w.apply_watcher_event(&watcher::Event::InitDone).len(), 3);
         assert!(cached(&cache, "a").is_empty());
+        assert!(cached(&cache, "d").is_empty());
         assert_eq!(cached(&cache, "c"), ["c-0"]);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn a_listing_cut_short_leaves_nothing_behind_once_the_next_one_completes() {
+        let (cache, mut w) = cache::<Pod>();
+        w.apply_watcher_event(&watcher::Event::Apply(controlled("a-0", "a")));
+        // A listing that errors out part-way, then starts again from the beginning.
+        w.apply_watcher_event(&watcher::Event::Init);
+        w.apply_watcher_event(&watcher::Event::InitApply(controlled("b-0", "b")));
+        w.apply_watcher_event(&watcher::Event::Init);
+        w.apply_watcher_event(&watcher::Event::InitApply(controlled("a-0", "a")));
+        let swept = w.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(swept.len(), 1);
+        assert_eq!(cached(&cache, "a"), ["a-0"]);
+        assert!(cached(&cache, "b").is_empty());
+        // An empty listing empties the cache.
+        w.apply_watcher_event(&watcher::Event::Init);
+        assert_eq!(w.apply_watcher_event(&watcher::Event::InitDone).len(), 1);
+        assert!(cache.is_empty());
+        assert!(cache.entries.read().unwrap().by_owner.is_empty());
     }
 
     #[test]
@@ -566,7 +639,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_relist_wakes_each_owner_once_and_only_after_the_cache_holds_it() {
-        let (cache, w) = cache::<Pod>();
+        let (cache, mut w) = cache::<Pod>();
+        // Deleted while the watch was down: the relist does not list it.
+        w.apply_watcher_event(&watcher::Event::Apply(controlled("gone-0", "gone")));
         let events = futures::stream::iter([
             Ok(watcher::Event::Init),
             Ok(watcher::Event::InitApply(controlled("a-0", "a"))),
@@ -587,8 +662,16 @@ mod tests {
                     // When a job is woken, the cache already shows it its relisted objects.
                     seen.push((owner.clone(), cached(&cache, &owner)));
                 }
-                watcher::Event::InitApply(_) => panic!("a relisted object passed before the swap"),
-                watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => {}
+                // The swept object, whole, so that its owner wakes to find it gone.
+                watcher::Event::Delete(gone) => {
+                    let owner = gone.metadata.owner_references.as_ref().unwrap()[0]
+                        .uid
+                        .clone();
+                    assert_eq!(gone.metadata.name.as_deref(), Some("gone-0"));
+                    seen.push((owner.clone(), cached(&cache, &owner)));
+                }
+                watcher::Event::InitApply(_) => panic!("a relisted object passed before the sweep"),
+                watcher::Event::Init | watcher::Event::InitDone => {}
             }
         }
         seen.sort();
@@ -598,6 +681,7 @@ mod tests {
                 ("a".to_owned(), vec!["a-0".to_owned(), "a-1".to_owned()]),
                 ("b".to_owned(), vec!["b-0".to_owned()]),
                 ("b".to_owned(), vec!["b-0".to_owned(), "b-1".to_owned()]),
+                ("gone".to_owned(), vec![]),
             ]
         );
     }
