@@ -32,6 +32,7 @@ pub mod recent;
 pub mod reconcile;
 pub mod runtime_metrics;
 pub mod seats;
+pub mod trace_context;
 pub mod workload;
 pub mod workqueue;
 

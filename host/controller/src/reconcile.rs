@@ -14,6 +14,7 @@ use tfjob_api::TFJob;
 use tfjob_planner::call_watch::CallWatch;
 use tfjob_planner::kueue::KueueView;
 use tfjob_planner::{EventType, JobEvent, PlanInput, plan};
+use tracing::Instrument as _;
 
 use crate::context::Context;
 use crate::error::Error;
@@ -41,12 +42,21 @@ pub async fn reconcile(
     // While it waits, the request holds the job's reference, not the job: the cache moves on
     // and a copy kept here for every waiting request would be a second cache. The guard is
     // moved in, so the parameter (which an async fn otherwise keeps to its end) holds nothing.
+    let span = crate::trace_context::reconcile_span(kube::Resource::meta(&*guard));
     let waiting = Waiting::of(guard, ctx.jobs.is_some());
+    let namespace = key.namespace.as_deref().unwrap_or_default();
     let _seat = ctx
         .seats
-        .take(key.namespace.as_deref().unwrap_or_default())
+        .take(namespace)
+        .instrument(tracing::span!(
+            target: tfjob_planner::SPAN_TARGET,
+            parent: &span,
+            tracing::Level::DEBUG,
+            "seat wait",
+            k8s.namespace.name = namespace
+        ))
         .await;
-    Box::pin(seated(waiting, ctx, key)).await
+    Box::pin(seated(waiting, ctx, key).instrument(span)).await
 }
 
 /// What a request waiting for its seat keeps of its job.
@@ -98,7 +108,31 @@ async fn seated(waiting: Waiting, ctx: Arc<Context>, key: QueueKey) -> Result<Ac
     };
     ctx.metrics.reconcile_finished(started.elapsed());
     worker.finished(&result);
+    record_outcome(&tracing::Span::current(), &result);
     result.map(Outcome::into_action)
+}
+
+/// Records how the reconcile ended on its span.
+fn record_outcome(span: &tracing::Span, result: &Result<Outcome, Error>) {
+    match result {
+        Ok(outcome) => {
+            span.record(
+                "outcome",
+                match outcome {
+                    Outcome::Done => "done",
+                    Outcome::RecheckAfter(_) => "recheck",
+                    Outcome::Retry(_) => "retry",
+                },
+            );
+            if let Some(after) = outcome.requeue() {
+                span.record("requeue_after_ms", after.as_millis() as u64);
+            }
+        }
+        Err(error) => {
+            span.record("outcome", error.category());
+            span.record("otel.status_code", "ERROR");
+        }
+    }
 }
 
 async fn reconcile_job(job: &TFJob, ctx: &Arc<Context>) -> Result<Outcome, Error> {
@@ -186,7 +220,10 @@ async fn run_watched<R: Send + 'static>(
     let watch = CallWatch::new();
     let mut task = {
         let watch = watch.clone();
-        tokio::task::spawn_blocking(move || watch.attach(work))
+        // The blocking pool's thread does not inherit the reconcile's span; the policy calls
+        // inside `work` are its children.
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| watch.attach(work)))
     };
     let Some(bound) = bound else {
         return task.await.map_err(|e| Error::PlannerTask(e.to_string()));

@@ -28,13 +28,13 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tfjob-operator run\n  tfjob-operator run --namespace ml --controller-threads 8 --metrics-bind-address 127.0.0.1:9090\n  tfjob-operator run --gang-scheduler-name volcano --health-probe-bind-address :8081\n  tfjob-operator run --config /etc/tfjob/config.yaml"
     )]
-    // Boxed: its flags make it far larger than the other subcommands.
+    // Boxed, as `Up`: its flags make it far larger than the other subcommands.
     Run(Box<crate::run::RunArgs>),
     /// Start an embedded cluster (API server, CRD, default policies, operator) in this process.
     #[command(
         after_help = "Examples:\n  tfjob-operator up\n  tfjob-operator up --port 0 --state .tfjob-operator/state.db\n\nThen, in another shell: export KUBECONFIG=$PWD/.tfjob-operator/kubeconfig; kubectl get tfjobs"
     )]
-    Up(crate::up::UpArgs),
+    Up(Box<crate::up::UpArgs>),
     /// Test, inspect and package policies.
     #[command(subcommand)]
     Policy(crate::policy_cmd::PolicyCommand),

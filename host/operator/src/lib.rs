@@ -4,7 +4,8 @@
 //! [`embedded`] starts a whole cluster in one process (API server, simulated kubelet, CRD with
 //! admission, policies and the operator), as `tfjob-operator up` and the test suites use it;
 //! [`api_client`] builds the operator's named API client, held by [`rate_limit`] to
-//! `--kube-api-qps`/`--kube-api-burst` and counted by [`api_metrics`].
+//! `--kube-api-qps`/`--kube-api-burst` and counted by [`api_metrics`]; [`telemetry`] exports
+//! the process's spans over OTLP.
 
 pub mod api_client;
 pub mod api_metrics;
@@ -12,3 +13,4 @@ pub mod embedded;
 pub mod operator;
 pub mod policy_setup;
 pub mod rate_limit;
+pub mod telemetry;

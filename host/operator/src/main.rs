@@ -57,7 +57,7 @@ fn main() -> ExitCode {
             }
         },
         cli::Command::Policy(cmd) => policy_cmd::main(cmd),
-        cli::Command::Up(args) => match up::main(args) {
+        cli::Command::Up(args) => match up::main(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tfjob-operator: {e:#}");

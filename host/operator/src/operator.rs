@@ -108,6 +108,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let mut metrics = MetricsRegistry::default();
     config.api_metrics.register(&mut metrics);
+    crate::telemetry::span_counts().register(&mut metrics);
     let Some(lease) = config.leader_election.take() else {
         let leadership = Leadership::always();
         register_leadership(&mut metrics, &leadership);

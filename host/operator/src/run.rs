@@ -21,12 +21,17 @@ use tfjob_operator::operator::{LeaseClient, OperatorConfig};
 use tfjob_operator::policy_setup::Policies;
 
 pub fn main(args: RunArgs) -> anyhow::Result<()> {
-    crate::shared::init_logging(args.log_json);
+    let traces = crate::shared::start_tracing(&args.traces)?;
+    crate::shared::init_logging_at(args.log_json, "info", traces.as_ref());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run(args))
+    let result = runtime.block_on(run(args));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    result
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -227,6 +232,8 @@ pub struct RunArgs {
     pub policies: tfjob_operator::policy_setup::PolicyArgs,
     #[command(flatten)]
     pub sources: tfjob_operator::policy_setup::PolicySourceArgs,
+    #[command(flatten)]
+    pub traces: tfjob_operator::telemetry::TraceArgs,
 }
 
 /// Leader election, with controller-runtime's flag names and defaults.

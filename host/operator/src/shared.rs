@@ -1,11 +1,13 @@
 //! What several subcommands share: the flags that say which cluster and namespaces a command
-//! looks at, the Kubernetes client from a kubeconfig (or the in-cluster account), logging, and
-//! waiting for the signal to stop.
+//! looks at, the Kubernetes client from a kubeconfig (or the in-cluster account), logging and
+//! traces, and waiting for the signal to stop.
 
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tfjob_operator::telemetry::{TraceArgs, Tracing};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
 
 /// The cluster a command reads and the namespaces it looks in: the flags `policy list` and
 /// `policy diff` share. Each command gives `--namespace` its own default (without one it would
@@ -50,20 +52,33 @@ pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
     Ok(config)
 }
 
-/// Logging at `info` unless `RUST_LOG` says otherwise; `json` for JSON lines.
-pub fn init_logging(json: bool) {
-    init_logging_at(json, "info");
+/// Logging (JSON lines with `json`) at `default` unless `RUST_LOG` says otherwise, and the spans recorded by
+/// `traces` when tracing is on. The log filter is the log layer's own, so that `RUST_LOG` never
+/// decides which spans a trace has.
+pub fn init_logging_at(json: bool, default: &str, traces: Option<&Tracing>) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let logs = if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_filter(filter)
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer().with_filter(filter).boxed()
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces.map(Tracing::layer))
+        .init();
 }
 
-/// Logging with `default` as the level when `RUST_LOG` is not set.
-pub fn init_logging_at(json: bool, default: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+/// Starts exporting traces when `args` configure it.
+pub fn start_tracing(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
+    let Some(config) = args.resolve()? else {
+        return Ok(None);
+    };
+    let tracing = Tracing::start(&config, tfjob_operator::telemetry::span_counts().clone())
+        .context("starting the trace export")?;
+    Ok(Some(tracing))
 }
 
 /// Resolves on the first SIGTERM or SIGINT (Ctrl-C).

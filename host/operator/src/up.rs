@@ -100,6 +100,8 @@ pub struct UpArgs {
     pub policies: PolicyArgs,
     #[command(flatten)]
     pub sources: PolicySourceArgs,
+    #[command(flatten)]
+    pub traces: tfjob_operator::telemetry::TraceArgs,
 }
 
 /// Applies `deploy/`'s namespace and RBAC and starts the operator as its service account.
@@ -143,13 +145,22 @@ fn serving(plain_http: bool, state: Option<&std::path::Path>) -> Serving {
 }
 
 pub fn main(args: UpArgs) -> anyhow::Result<()> {
+    let traces = crate::shared::start_tracing(&args.traces)?;
     // The demo's progress display is the output; logs only when something goes wrong.
-    crate::shared::init_logging_at(false, if args.demo { "warn" } else { "info" });
+    crate::shared::init_logging_at(
+        false,
+        if args.demo { "warn" } else { "info" },
+        traces.as_ref(),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(up(args))
+    let result = runtime.block_on(up(args));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    result
 }
 
 /// What the default policies read in `--demo` unless `--policy-config` says otherwise: the

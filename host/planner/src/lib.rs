@@ -29,3 +29,8 @@ pub use policy::{
     Classified, Hook, PodContext, PodPolicies, PolicyError, PolicyNote, ShapedPod, Verdict,
     VerdictPhase,
 };
+
+/// The `tracing` target of the spans a trace is made of (reconciles, seat waits, policy calls,
+/// pulls). They are at `debug`, under a target of their own, so that logging at `info` neither
+/// pays for them nor shows them, while the trace exporter enables this target alone.
+pub const SPAN_TARGET: &str = "tfjob_spans";

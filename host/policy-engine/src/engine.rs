@@ -1266,15 +1266,36 @@ impl LimitedEngine<'_> {
         ) -> wasmtime::Result<Result<R, bindings::PolicyError>>,
     ) -> Result<R, EvalError> {
         let prepared = policy.prepared_for(settings);
+        // A trace's span of the call; the guest's log lines, logged inside it, are its events.
+        let span = tracing::span!(
+            target: tfjob_planner::SPAN_TARGET,
+            tracing::Level::DEBUG,
+            "policy call",
+            policy = name,
+            policy.digest = policy.digest.as_str(),
+            hook = hook.as_str(),
+            preinitialized = prepared.is_some(),
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let _in_span = span.enter();
         let policy = prepared.as_deref().unwrap_or(policy);
-        let indices = self::hook(export(policy), hook)?;
-        self.engine.evaluate(
-            &self.limits,
-            self.reads(),
-            &policy.pre,
-            name,
-            |store, instance| call(indices, store, instance),
-        )
+        let result = self::hook(export(policy), hook).and_then(|indices| {
+            self.engine.evaluate(
+                &self.limits,
+                self.reads(),
+                &policy.pre,
+                name,
+                |store, instance| call(indices, store, instance),
+            )
+        });
+        match &result {
+            Ok(_) => span.record("outcome", "ok"),
+            Err(error) => span
+                .record("outcome", tracing::field::display(error.category))
+                .record("otel.status_code", "ERROR"),
+        };
+        result
     }
 
     /// Calls `decorate-pod`; returns the decorated pod's JSON.

@@ -1,0 +1,271 @@
+//! Traces of `tfjob-operator up`, received by an OTLP/HTTP receiver on loopback: the receiver
+//! decodes what the operator exports with the protocol's own messages, and the test reads the
+//! spans of one job off it. The receiver is a small HTTP/1.1 server of the test's own; no
+//! collector is involved.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use common::up::Up;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+
+/// One received span with what the test reads of it.
+#[derive(Clone, Debug)]
+struct Received {
+    name: String,
+    trace_id: Vec<u8>,
+    span_id: Vec<u8>,
+    parent_span_id: Vec<u8>,
+    attributes: HashMap<String, String>,
+    links: Vec<Vec<u8>>,
+    service_name: String,
+}
+
+/// The received spans, filled by the receiver's threads.
+type Spans = Arc<Mutex<Vec<Received>>>;
+
+/// An OTLP/HTTP receiver: `POST /v1/traces` with a protobuf `ExportTraceServiceRequest`.
+fn receiver() -> (SocketAddr, Spans) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().unwrap();
+    let spans: Spans = Arc::default();
+    let received = Arc::clone(&spans);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let received = Arc::clone(&received);
+            std::thread::spawn(move || serve(stream, &received));
+        }
+    });
+    (addr, spans)
+}
+
+/// Serves one connection's requests (the exporter keeps its connection alive).
+fn serve(stream: TcpStream, spans: &Spans) {
+    let mut writer = stream.try_clone().expect("a second handle");
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().expect("a content length");
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("the request body");
+        assert!(
+            request_line.starts_with("POST /v1/traces "),
+            "{request_line}"
+        );
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
+        record(&request, spans);
+        let answer = ExportTraceServiceRequest::default().encode_to_vec();
+        let _ = write!(
+            writer,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+            answer.len()
+        );
+        let _ = writer.write_all(&answer);
+    }
+}
+
+fn text(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn record(request: &ExportTraceServiceRequest, spans: &Spans) {
+    let mut spans = spans.lock().unwrap();
+    for resource_spans in &request.resource_spans {
+        let service_name = resource_spans
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .map(|kv| text(kv.value.as_ref().and_then(|v| v.value.as_ref())))
+            .unwrap_or_default();
+        for scope in &resource_spans.scope_spans {
+            for span in &scope.spans {
+                spans.push(received(span, &service_name));
+            }
+        }
+    }
+}
+
+fn received(span: &Span, service_name: &str) -> Received {
+    Received {
+        name: span.name.clone(),
+        trace_id: span.trace_id.clone(),
+        span_id: span.span_id.clone(),
+        parent_span_id: span.parent_span_id.clone(),
+        attributes: span
+            .attributes
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key.clone(),
+                    text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+                )
+            })
+            .collect(),
+        links: span.links.iter().map(|l| l.trace_id.clone()).collect(),
+        service_name: service_name.to_owned(),
+    }
+}
+
+/// The trace a pipeline submitted the job in.
+const SUBMITTER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+fn job(name: &str, traceparent: &str) -> String {
+    format!(
+        "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: {name}\n  namespace: default\n  \
+         annotations:\n    tracing.k8s.io/traceparent: \"{traceparent}\"\nspec:\n  tfReplicaSpecs:\n    \
+         Worker:\n      replicas: 1\n      restartPolicy: Never\n      template:\n        metadata:\n          \
+         annotations:\n            sim.tfjob.dev/duration: \"1s\"\n        spec:\n          containers:\n          \
+         - name: tensorflow\n            image: kubeflow/tf-dist-mnist-test:latest\n"
+    )
+}
+
+#[test]
+fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_http() {
+    let (addr, spans) = receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("http://{addr}");
+    let up = Up::start(
+        &[
+            "--otel-exporter-otlp-endpoint",
+            &endpoint,
+            "--otel-exporter-otlp-protocol",
+            "http/protobuf",
+            "--otel-service-name",
+            "tfjob-operator-e2e",
+        ],
+        dir.path(),
+    );
+    up.kubectl_with(
+        &["apply", "-f", "-"],
+        Some(&job(
+            "traced",
+            &format!("00-{SUBMITTER_TRACE}-00f067aa0ba902b7-01"),
+        )),
+    );
+    // A job whose annotation is not a trace context is reconciled all the same, unlinked.
+    up.kubectl_with(
+        &["apply", "-f", "-"],
+        Some(&job("untraced", "00-ＮＯＴ-a-trace-ｃｏｎｔｅｘｔ")),
+    );
+
+    let submitter = hex::decode(SUBMITTER_TRACE).unwrap();
+    let of_job = |name: &'static str| {
+        move |s: &Received| {
+            s.name == "reconcile"
+                && s.attributes.get("tfjob.name").map(String::as_str) == Some(name)
+        }
+    };
+    // Both jobs run to the end; the reconcile that saw it recorded how it ended.
+    let (reconciles, all) = common::eventually(
+        "the reconciles of both jobs, the last seeing them succeed",
+        || {
+            let all = spans.lock().unwrap().clone();
+            let traced: Vec<Received> = all
+                .iter()
+                .filter(|s| of_job("traced")(s))
+                .cloned()
+                .collect();
+            let untraced = all.iter().filter(|s| of_job("untraced")(s)).count();
+            let succeeded = up.kubectl(&[
+                "get",
+                "tfjob",
+                "traced",
+                "-o",
+                "jsonpath={.status.conditions[-1:].type}",
+            ]);
+            (traced.len() >= 2 && untraced >= 1 && succeeded == "Succeeded")
+                .then_some((traced, all))
+        },
+    );
+    for reconcile in &reconciles {
+        assert_eq!(reconcile.service_name, "tfjob-operator-e2e");
+        assert_eq!(reconcile.attributes["k8s.namespace.name"], "default");
+        assert!(!reconcile.attributes["tfjob.uid"].is_empty());
+        assert_eq!(reconcile.attributes["tfjob.generation"], "1");
+        assert!(
+            reconcile.attributes.contains_key("outcome"),
+            "{reconcile:?}"
+        );
+        // Linked to the submitter's trace, and a trace of its own.
+        assert_eq!(
+            reconcile.links,
+            std::slice::from_ref(&submitter),
+            "{reconcile:?}"
+        );
+        assert_ne!(reconcile.trace_id, submitter);
+        assert!(reconcile.parent_span_id.is_empty(), "a reconcile is a root");
+    }
+    for unlinked in all.iter().filter(|s| of_job("untraced")(s)) {
+        assert!(unlinked.links.is_empty(), "{unlinked:?}");
+    }
+    let in_reconcile = |span: &Received, name: &str| {
+        span.name == name
+            && reconciles
+                .iter()
+                .any(|r| r.trace_id == span.trace_id && r.span_id == span.parent_span_id)
+    };
+    // The reconcile's wait for its seat, its policy calls and its API requests are its
+    // children.
+    let seat_waits = all.iter().filter(|s| in_reconcile(s, "seat wait")).count();
+    assert!(seat_waits >= 2, "{seat_waits} seat waits");
+    let policy_calls: Vec<&Received> = all
+        .iter()
+        .filter(|s| s.name == "policy call" && reconciles.iter().any(|r| r.trace_id == s.trace_id))
+        .collect();
+    assert!(
+        policy_calls
+            .iter()
+            .any(|c| c.attributes["hook"] == "decorate"),
+        "{policy_calls:?}"
+    );
+    for call in &policy_calls {
+        assert!(!call.attributes["policy"].is_empty());
+        assert_eq!(call.attributes["policy.digest"].len(), 64, "{call:?}");
+        assert_eq!(call.attributes["outcome"], "ok", "{call:?}");
+    }
+    // kube-client names each request's span after its verb (`create`, `list`, ...).
+    let requests: Vec<&Received> = all
+        .iter()
+        .filter(|s| s.attributes.contains_key("http.method") && in_reconcile(s, &s.name))
+        .collect();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.attributes["http.method"] == "POST"
+                && r.attributes["http.url"].contains("/pods")
+                && r.attributes["http.status_code"] == "201"),
+        "no pod creation among {requests:?}"
+    );
+}
