@@ -5,7 +5,7 @@
 use anyhow::Context as _;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
-use tfjob_operator::telemetry::{TraceArgs, Tracing};
+use tfjob_operator::telemetry::{DispatchSlot, TraceArgs, TraceIds, Tracing};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
@@ -57,18 +57,31 @@ pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Resu
 /// decides which spans a trace has.
 pub fn init_logging_at(json: bool, default: &str, traces: Option<&Tracing>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let logs = if json {
-        tracing_subscriber::fmt::layer()
+    let format = tracing_subscriber::fmt::format();
+    let slot = DispatchSlot::default();
+    // With traces, each line logged inside a traced span carries its trace and span ids.
+    let logs = match (json, traces.is_some()) {
+        (true, true) => tracing_subscriber::fmt::layer()
+            .json()
+            .event_format(TraceIds::new(format.json(), true, slot.clone()))
+            .with_filter(filter)
+            .boxed(),
+        (true, false) => tracing_subscriber::fmt::layer()
             .json()
             .with_filter(filter)
-            .boxed()
-    } else {
-        tracing_subscriber::fmt::layer().with_filter(filter).boxed()
+            .boxed(),
+        (false, true) => tracing_subscriber::fmt::layer()
+            .event_format(TraceIds::new(format, false, slot.clone()))
+            .with_filter(filter)
+            .boxed(),
+        (false, false) => tracing_subscriber::fmt::layer().with_filter(filter).boxed(),
     };
-    tracing_subscriber::registry()
+    let dispatch: tracing::Dispatch = tracing_subscriber::registry()
         .with(logs)
         .with(traces.map(Tracing::layer))
-        .init();
+        .into();
+    slot.fill(&dispatch);
+    dispatch.init();
 }
 
 /// Starts exporting traces when `args` configure it.

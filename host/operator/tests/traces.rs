@@ -269,3 +269,51 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
         "no pod creation among {requests:?}"
     );
 }
+
+#[test]
+fn a_collector_that_is_down_or_never_answers_costs_the_jobs_nothing_and_counts_dropped_spans() {
+    let cluster = common::cluster::Cluster::start(|_| {});
+    // Down: a port nothing listens on. Silent: accepts every connection and never answers.
+    let down = common::free_addr();
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    for (name, endpoint, protocol) in [
+        ("collector-down", down, "grpc"),
+        ("collector-silent", silent_addr, "http/protobuf"),
+    ] {
+        let metrics = common::free_addr();
+        let endpoint = format!("http://{endpoint}");
+        // The standard environment variables, as a Deployment would set them.
+        let _operator = cluster.operator(
+            &["--metrics-bind-address", &metrics.to_string()],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+            ],
+        );
+        cluster.submit("ml", name);
+        common::eventually(&format!("{name}: the job succeeds"), || {
+            (cluster.state("ml", name).as_deref() == Some("Succeeded")).then_some(())
+        });
+        // The batches that held the job's spans failed (refused, or out of time) and are
+        // counted: its reconciles, seat waits, policy calls and API requests are well over ten.
+        common::eventually(
+            &format!("{name}: the job's spans counted as dropped"),
+            || {
+                common::cluster::metric(metrics, "tfjob_operator_trace_spans_dropped_total")
+                    .filter(|d| *d >= 10.0)
+            },
+        );
+        assert_eq!(
+            common::cluster::metric(metrics, "tfjob_operator_trace_spans_exported_total"),
+            Some(0.0),
+            "{name}"
+        );
+    }
+}

@@ -518,16 +518,30 @@ impl PolicyEngine {
                 .entry(digest.clone())
                 .or_default(),
         );
+        // A trace's span of an activation's compilation; a cached module is a hit, not compiled.
+        let span = tracing::span!(
+            target: tfjob_planner::SPAN_TARGET,
+            tracing::Level::DEBUG,
+            "policy compile",
+            policy.digest = digest.as_str(),
+            module.bytes = wasm.len(),
+            cache_hit = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let _in_span = span.enter();
         let mut cached = slot.lock().expect("compile slot lock");
         if let Some(hit) = &*cached {
+            span.record("cache_hit", true);
             return Ok(Arc::clone(hit));
         }
+        span.record("cache_hit", false);
         match self.compile_uncached(wasm, digest.clone()) {
             Ok(compiled) => {
                 *cached = Some(Arc::clone(&compiled));
                 Ok(compiled)
             }
             Err(e) => {
+                span.record("otel.status_code", "ERROR");
                 // Bad bytes leave no slot behind, or every rejected upload would stay.
                 drop(cached);
                 self.compiled
@@ -1138,6 +1152,15 @@ impl LimitedEngine<'_> {
         {
             return Ok(false);
         }
+        // A trace's span of an activation's pre-initialisation (validation and snapshot).
+        let span = tracing::span!(
+            target: tfjob_planner::SPAN_TARGET,
+            tracing::Level::DEBUG,
+            "policy preinit",
+            policy = name,
+            policy.digest = policy.digest.as_str(),
+        );
+        let _in_span = span.enter();
         let engine = self.engine;
         let key = prepared_key(&policy.digest, settings);
         // A copy made before, by this operator or before its restart, is mapped as it is.

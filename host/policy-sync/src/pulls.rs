@@ -23,6 +23,7 @@ use tfjob_policy_oci::{
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 /// The Secret type of registry credentials.
 const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
@@ -134,7 +135,36 @@ impl Puller {
     }
 
     async fn attempt(self: Arc<Self>, wanted: Wanted, current: Option<Arc<Pulled>>) {
-        let outcome = self.pull_once(&wanted, current.as_ref()).await;
+        let span = tracing::span!(
+            target: tfjob_planner::SPAN_TARGET,
+            tracing::Level::DEBUG,
+            "policy pull",
+            policy.reference = %wanted.reference,
+            k8s.namespace.name = %wanted.namespace,
+            policy.digest = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let outcome = self
+            .pull_once(&wanted, current.as_ref())
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            Ok(pulled) => span
+                .record("policy.digest", pulled.pulled.digest.as_str())
+                .record(
+                    "outcome",
+                    if pulled.provisional {
+                        "cached-while-registry-away"
+                    } else {
+                        "ok"
+                    },
+                ),
+            Err(error) => span
+                .record("outcome", error.step())
+                .record("otel.status_code", "ERROR"),
+        };
+        drop(span);
         let mut entries = self.entries.lock().expect("pull entries");
         let Some(entry) = entries.get_mut(&wanted) else {
             return;
