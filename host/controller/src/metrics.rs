@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use tfjob_planner::Transition;
 
@@ -21,6 +22,12 @@ use crate::workqueue::{QueueKey, WorkQueue};
 pub struct JobLabels {
     pub job_namespace: String,
     pub framework: String,
+}
+
+/// The exemplar of a reconcile-duration bucket: the trace of one reconcile that fell in it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceExemplar {
+    pub trace_id: String,
 }
 
 /// Label of the error counter.
@@ -39,7 +46,7 @@ pub struct Metrics {
     jobs_restarted: Family<JobLabels, Counter>,
     reconciles: Counter,
     reconcile_errors: Family<ErrorLabels, Counter>,
-    reconcile_duration: Histogram,
+    reconcile_duration: HistogramWithExemplars<TraceExemplar>,
     pod_groups_created: Counter,
     pod_groups_deleted: Counter,
     /// controller-runtime's controller metrics.
@@ -59,7 +66,7 @@ impl Metrics {
             jobs_restarted: Family::default(),
             reconciles: Counter::default(),
             reconcile_errors: Family::default(),
-            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            reconcile_duration: HistogramWithExemplars::new(exponential_buckets(0.0005, 2.0, 14)),
             pod_groups_created: Counter::default(),
             pod_groups_deleted: Counter::default(),
             runtime: RuntimeMetrics::register(registry),
@@ -141,8 +148,15 @@ impl Metrics {
         self.reconciles.inc();
     }
 
-    pub fn reconcile_finished(&self, took: Duration) {
-        self.reconcile_duration.observe(took.as_secs_f64());
+    /// Observes one reconcile's duration; `trace_id`, when the reconcile was traced, becomes
+    /// its bucket's exemplar (the OpenMetrics exposition shows it), so that a slow bucket leads
+    /// to a trace of a reconcile that was that slow.
+    pub fn reconcile_finished(&self, took: Duration, trace_id: Option<String>) {
+        self.reconcile_duration.observe(
+            took.as_secs_f64(),
+            trace_id.map(|trace_id| TraceExemplar { trace_id }),
+            None,
+        );
     }
 
     pub fn reconcile_failed(&self, category: &str) {
@@ -259,5 +273,28 @@ mod tests {
             "every category is served from the start"
         );
         assert!(text.contains("tfjob_operator_reconcile_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn a_traced_reconcile_is_its_buckets_exemplar() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.reconcile_finished(Duration::from_millis(3), None);
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        m.reconcile_finished(Duration::from_millis(300), Some(trace.to_owned()));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let exemplars: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tfjob_operator_reconcile_duration_seconds_bucket"))
+            .filter(|l| l.contains(" # {"))
+            .collect();
+        assert_eq!(exemplars.len(), 1, "{text}");
+        assert!(
+            exemplars[0].contains(&format!(r#"# {{trace_id="{trace}"}} 0.3"#)),
+            "{}",
+            exemplars[0]
+        );
+        assert!(exemplars[0].contains(r#"le="0.512""#), "{}", exemplars[0]);
     }
 }

@@ -106,9 +106,11 @@ async fn seated(waiting: Waiting, ctx: Arc<Context>, key: QueueKey) -> Result<Ac
             Ok(Outcome::Done)
         }
     };
-    ctx.metrics.reconcile_finished(started.elapsed());
+    let span = tracing::Span::current();
+    ctx.metrics
+        .reconcile_finished(started.elapsed(), crate::trace_context::trace_id_of(&span));
     worker.finished(&result);
-    record_outcome(&tracing::Span::current(), &result);
+    record_outcome(&span, &result);
     result.map(Outcome::into_action)
 }
 

@@ -74,6 +74,17 @@ pub fn reconcile_span(meta: &kube::api::ObjectMeta) -> tracing::Span {
     span
 }
 
+/// The id of the trace `span` is recorded in, when it is recorded and sampled.
+pub fn trace_id_of(span: &tracing::Span) -> Option<String> {
+    if span.is_none() {
+        return None;
+    }
+    let context = span.context();
+    let span = context.span();
+    let ids = span.span_context();
+    (ids.is_valid() && ids.is_sampled()).then(|| ids.trace_id().to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

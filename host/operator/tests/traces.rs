@@ -315,5 +315,20 @@ fn a_collector_that_is_down_or_never_answers_costs_the_jobs_nothing_and_counts_d
             Some(0.0),
             "{name}"
         );
+        // The reconciles were traced all the same: the duration buckets they fell in name
+        // their traces as exemplars.
+        let (_, body) = common::http_get(metrics, "/metrics").expect("the metrics");
+        let exemplar = body
+            .lines()
+            .filter(|l| l.starts_with("tfjob_operator_reconcile_duration_seconds_bucket"))
+            .find_map(|l| {
+                l.split_once(" # {trace_id=\"")
+                    .map(|(_, rest)| rest[..32].to_owned())
+            })
+            .unwrap_or_else(|| panic!("{name}: no exemplar in {body}"));
+        assert!(
+            exemplar.bytes().all(|b| b.is_ascii_hexdigit()) && exemplar != "0".repeat(32),
+            "{exemplar}"
+        );
     }
 }
