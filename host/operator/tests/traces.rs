@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::up::Up;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -25,6 +26,8 @@ struct Received {
     parent_span_id: Vec<u8>,
     attributes: HashMap<String, String>,
     links: Vec<Vec<u8>>,
+    /// The span's events: name and attributes.
+    events: Vec<(String, HashMap<String, String>)>,
     service_name: String,
 }
 
@@ -117,23 +120,32 @@ fn record(request: &ExportTraceServiceRequest, spans: &Spans) {
     }
 }
 
+fn attributes(
+    list: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+) -> HashMap<String, String> {
+    list.iter()
+        .map(|kv| {
+            (
+                kv.key.clone(),
+                text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+            )
+        })
+        .collect()
+}
+
 fn received(span: &Span, service_name: &str) -> Received {
     Received {
         name: span.name.clone(),
         trace_id: span.trace_id.clone(),
         span_id: span.span_id.clone(),
         parent_span_id: span.parent_span_id.clone(),
-        attributes: span
-            .attributes
-            .iter()
-            .map(|kv| {
-                (
-                    kv.key.clone(),
-                    text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
-                )
-            })
-            .collect(),
+        attributes: attributes(&span.attributes),
         links: span.links.iter().map(|l| l.trace_id.clone()).collect(),
+        events: span
+            .events
+            .iter()
+            .map(|e| (e.name.clone(), attributes(&e.attributes)))
+            .collect(),
         service_name: service_name.to_owned(),
     }
 }
@@ -166,6 +178,54 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
             "tfjob-operator-e2e",
         ],
         dir.path(),
+    );
+    // A policy of a platform team, from a ConfigMap: the team-labels example in Rust, which
+    // logs a line for every pod it labels.
+    let built = tfjob_test_support::build_rust(
+        &["example-team-labels"],
+        &common::policy_target_dir("examples"),
+    );
+    // Packed and shipped as the policy author's guide says (`policy pack --gzip`, then
+    // `kubectl apply --server-side`): a Rust component is too large for a ConfigMap unpacked.
+    let settings = dir.path().join("settings.yaml");
+    std::fs::write(&settings, "team: ml\n").unwrap();
+    let mut pack = common::operator();
+    pack.args([
+        "policy",
+        "pack",
+        "--name",
+        "team-labels",
+        "--hooks",
+        "decorate",
+        "--gzip",
+    ])
+    .arg("--wasm")
+    .arg(built.join("example_team_labels.wasm"))
+    .arg("--settings")
+    .arg(&settings);
+    let packed = common::expect_exit_zero(
+        &common::run(pack, None, Duration::from_secs(120)),
+        "policy pack",
+    );
+    let shipped = up.kubectl_with(
+        &["apply", "--server-side", "-f", "-", "-o", "name"],
+        Some(&packed),
+    );
+    assert_eq!(shipped.trim(), "configmap/tfjob-policy-team-labels");
+    up.kubectl_until(
+        Duration::from_secs(120),
+        &[
+            "-n",
+            "tfjob-system",
+            "get",
+            "configmap",
+            "tfjob-policy-team-labels",
+            "-o",
+            "jsonpath={.metadata.annotations.policy\\.tfjob\\.dev/status}",
+        ],
+        |text| {
+            serde_json::from_str::<serde_json::Value>(text).is_ok_and(|s| s["state"] == "Active")
+        },
     );
     up.kubectl_with(
         &["apply", "-f", "-"],
@@ -250,6 +310,14 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
             .any(|c| c.attributes["hook"] == "decorate"),
         "{policy_calls:?}"
     );
+    // The team's policy was called for the job's pod, and its log line is an event of the call.
+    let labelling = policy_calls
+        .iter()
+        .filter(|c| c.attributes["policy"] == "team-labels")
+        .flat_map(|c| &c.events)
+        .find(|(name, _)| name == "labelling pod")
+        .unwrap_or_else(|| panic!("no guest log event among {policy_calls:?}"));
+    assert!(labelling.1["fields"].contains("team=ml"), "{labelling:?}");
     for call in &policy_calls {
         assert!(!call.attributes["policy"].is_empty());
         assert_eq!(call.attributes["policy.digest"].len(), 64, "{call:?}");
