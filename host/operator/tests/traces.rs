@@ -227,6 +227,22 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
             serde_json::from_str::<serde_json::Value>(text).is_ok_and(|s| s["state"] == "Active")
         },
     );
+    let policy_calls = one_traced_job(&up, &spans, "tfjob-operator-e2e");
+    // The team's policy was called for the job's pod, and its log line is an event of the call.
+    let labelling = policy_calls
+        .iter()
+        .filter(|c| c.attributes["policy"] == "team-labels")
+        .flat_map(|c| &c.events)
+        .find(|(name, _)| name == "labelling pod")
+        .unwrap_or_else(|| panic!("no guest log event among {policy_calls:?}"));
+    assert!(labelling.1["fields"].contains("team=ml"), "{labelling:?}");
+}
+
+/// Submits a job whose annotation names the submitter's trace and one whose annotation is not a
+/// trace context, waits for both to be reconciled and the first to succeed, and checks what the
+/// receiver got: the reconciles (linked, or not), their seat waits, policy calls and API
+/// requests. Returns the policy calls of the first job's reconciles.
+fn one_traced_job(up: &Up, spans: &Spans, service: &str) -> Vec<Received> {
     up.kubectl_with(
         &["apply", "-f", "-"],
         Some(&job(
@@ -270,7 +286,7 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
         },
     );
     for reconcile in &reconciles {
-        assert_eq!(reconcile.service_name, "tfjob-operator-e2e");
+        assert_eq!(reconcile.service_name, service);
         assert_eq!(reconcile.attributes["k8s.namespace.name"], "default");
         assert!(!reconcile.attributes["tfjob.uid"].is_empty());
         assert_eq!(reconcile.attributes["tfjob.generation"], "1");
@@ -310,14 +326,6 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
             .any(|c| c.attributes["hook"] == "decorate"),
         "{policy_calls:?}"
     );
-    // The team's policy was called for the job's pod, and its log line is an event of the call.
-    let labelling = policy_calls
-        .iter()
-        .filter(|c| c.attributes["policy"] == "team-labels")
-        .flat_map(|c| &c.events)
-        .find(|(name, _)| name == "labelling pod")
-        .unwrap_or_else(|| panic!("no guest log event among {policy_calls:?}"));
-    assert!(labelling.1["fields"].contains("team=ml"), "{labelling:?}");
     for call in &policy_calls {
         assert!(!call.attributes["policy"].is_empty());
         assert_eq!(call.attributes["policy.digest"].len(), 64, "{call:?}");
@@ -336,6 +344,96 @@ fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_ht
                 && r.attributes["http.status_code"] == "201"),
         "no pod creation among {requests:?}"
     );
+    policy_calls.into_iter().cloned().collect()
+}
+
+/// A span line of `tests/python/otlp_receiver.py`.
+fn from_python(line: &str) -> Received {
+    let span: serde_json::Value = serde_json::from_str(line).expect("a JSON span line");
+    let bytes = |key: &str| hex::decode(span[key].as_str().unwrap_or_default()).unwrap();
+    let strings = |value: &serde_json::Value| -> HashMap<String, String> {
+        value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect()
+    };
+    Received {
+        name: span["name"].as_str().unwrap().to_owned(),
+        trace_id: bytes("traceId"),
+        span_id: bytes("spanId"),
+        parent_span_id: bytes("parentSpanId"),
+        attributes: strings(&span["attributes"]),
+        links: span["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| hex::decode(l.as_str().unwrap()).unwrap())
+            .collect(),
+        events: span["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    strings(&e["attributes"]),
+                )
+            })
+            .collect(),
+        service_name: span["service"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// The same job, seen by a receiver written independently of this code base: Python, with the
+/// protocol's messages from PyPI's `opentelemetry-proto`, and the exporter over gRPC's sibling,
+/// http/protobuf, configured through the standard environment variables.
+#[test]
+fn up_reports_a_job_to_an_independent_python_receiver() {
+    let Some(python) = std::env::var_os("TFJOB_PYTHON") else {
+        eprintln!(
+            "SKIPPED: TFJOB_PYTHON is not set; point it at a Python with opentelemetry-proto \
+             (tests/run sets one up)"
+        );
+        return;
+    };
+    let mut receiver = std::process::Command::new(python)
+        .arg(common::repo("tests/python/otlp_receiver.py"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("the receiver starts");
+    let mut lines = BufReader::new(receiver.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("the receiver's first line").unwrap();
+    let port: u16 = first
+        .strip_prefix("listening on ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    let spans: Spans = Arc::default();
+    let received = Arc::clone(&spans);
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            received.lock().unwrap().push(from_python(&line));
+        }
+    });
+    let _receiver = common::Killed(receiver);
+
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start_with_env(
+        &[],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &format!("http://127.0.0.1:{port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_SERVICE_NAME", "tfjob-operator-python-e2e"),
+        ],
+        dir.path(),
+    );
+    one_traced_job(&up, &spans, "tfjob-operator-python-e2e");
 }
 
 #[test]

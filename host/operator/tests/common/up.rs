@@ -30,12 +30,24 @@ impl Up {
     /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig ARGS`, with nothing but `ARGS`
     /// changed from what a user runs, and waits until it listens.
     pub fn start_as_users_do(args: &[&str], dir: &Path) -> Up {
+        Up::start_as_users_do_with_env(args, &[], dir)
+    }
+
+    /// [`Up::start`] with the environment variables `env` set as well.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Up {
+        let mut cold = vec!["--no-cel-warmup"];
+        cold.extend_from_slice(args);
+        Up::start_as_users_do_with_env(&cold, env, dir)
+    }
+
+    fn start_as_users_do_with_env(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Up {
         let kubeconfig = dir.join("kubeconfig");
         let _ = std::fs::remove_file(&kubeconfig);
         let mut child = super::operator()
             .args(["up", "--port", "0", "--kubeconfig-out"])
             .arg(&kubeconfig)
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("KUBECONFIG")
             .env_remove("POD_NAMESPACE")
             .env("RUST_LOG", "warn")
