@@ -34,6 +34,11 @@
 //! (`docker-registry`), and named cluster-wide by a policy ConfigMap; the run starts once the
 //! operator reports it active, and ends by checking that a pod carries its label.
 //!
+//! `TFJOB_SCALE_TRACES` turns the operator's traces on (sampling every reconcile): `down`
+//! exports to a port nothing listens on, `on` to an OTLP/HTTP receiver in this process that
+//! takes every batch; the run ends with the exported and dropped span counts. Unset, tracing is
+//! off.
+//!
 //! The operator runs with the environment of the release image (the `ENV` lines of the
 //! repository's `Dockerfile`: the allocator's settings), so the memory measured is the deployed
 //! operator's.
@@ -363,6 +368,78 @@ fn writes(s: &RequestSnapshot, resource: &str) -> u64 {
         .sum()
 }
 
+/// Where the operator's traces go in this run (`TFJOB_SCALE_TRACES`).
+enum TraceSink {
+    Off,
+    /// A port nothing listens on: every batch fails to connect.
+    Down(SocketAddr),
+    /// A receiver in this process that accepts every batch.
+    On(tfjob_test_support::otlp::Receiver),
+}
+
+impl TraceSink {
+    fn from_env() -> TraceSink {
+        match std::env::var("TFJOB_SCALE_TRACES").as_deref() {
+            Err(_) | Ok("" | "off") => TraceSink::Off,
+            Ok("down") => TraceSink::Down(free_port()),
+            Ok("on") => TraceSink::On(tfjob_test_support::otlp::Receiver::start(false)),
+            Ok(other) => panic!("TFJOB_SCALE_TRACES={other}: expected off, down or on"),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            TraceSink::Off => "off".to_owned(),
+            TraceSink::Down(addr) => {
+                format!("on, sampling 1.0, to a collector that is down ({addr})")
+            }
+            TraceSink::On(receiver) => format!(
+                "on, sampling 1.0, to an OTLP/HTTP receiver that takes everything ({})",
+                receiver.endpoint()
+            ),
+        }
+    }
+
+    /// The operator's environment for this sink, as a deployment would set it.
+    fn operator_env(&self) -> Vec<(&'static str, String)> {
+        let endpoint = match self {
+            TraceSink::Off => return Vec::new(),
+            TraceSink::Down(addr) => format!("http://{addr}"),
+            TraceSink::On(receiver) => receiver.endpoint(),
+        };
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
+            ("OTEL_TRACES_SAMPLER", "always_on".to_owned()),
+        ]
+    }
+
+    /// Prints what was exported and dropped, from the operator's metrics and the receiver.
+    fn report(&self, metrics_addr: SocketAddr) {
+        if matches!(self, TraceSink::Off) {
+            return;
+        }
+        let body = http_get(metrics_addr, "/metrics")
+            .map(|(_, body, _)| body)
+            .unwrap_or_default();
+        print!(
+            "spans: exported {:.0}, dropped {:.0}",
+            counter_sum(&body, "tfjob_operator_trace_spans_exported_total"),
+            counter_sum(&body, "tfjob_operator_trace_spans_dropped_total"),
+        );
+        match self {
+            TraceSink::On(receiver) => {
+                let (requests, bytes) = receiver.totals();
+                println!(
+                    "; the receiver took {requests} requests, {:.1} MiB",
+                    bytes as f64 / (1 << 20) as f64
+                );
+            }
+            _ => println!(),
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse.
     let jobs: usize = std::env::var("TFJOB_SCALE_JOBS")
@@ -423,6 +500,8 @@ fn main() {
         }
     );
     let decorator = python.then(|| PythonDecorator::ship(&store, dir.path()));
+    let traces = TraceSink::from_env();
+    println!("traces: {}", traces.describe());
 
     let metrics_addr = free_port();
     let operator_exe = env!("CARGO_BIN_EXE_tfjob-operator");
@@ -448,6 +527,7 @@ fn main() {
             .arg(&kubeconfig)
             .args(decorator.iter().flat_map(|d| &d.operator_args))
             .envs(image_env())
+            .envs(traces.operator_env())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -651,6 +731,7 @@ fn main() {
             }
         )
     );
+    traces.report(metrics_addr);
     if decorator.is_some() && all_done.is_some() {
         PythonDecorator::check_decorated(&store);
     }

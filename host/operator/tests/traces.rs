@@ -1,13 +1,13 @@
-//! Traces of `tfjob-operator up`, received by an OTLP/HTTP receiver on loopback: the receiver
-//! decodes what the operator exports with the protocol's own messages, and the test reads the
-//! spans of one job off it. The receiver is a small HTTP/1.1 server of the test's own; no
-//! collector is involved.
+//! Traces of `tfjob-operator up` and `run`, received on loopback: by the test-support crate's
+//! OTLP/HTTP receiver, its requests decoded here with the protocol's own messages, and by an
+//! independent receiver in Python (`tests/python/otlp_receiver.py`); and a collector that is
+//! down or never answers. No collector is involved.
 
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,65 +31,30 @@ struct Received {
     service_name: String,
 }
 
-/// The received spans, filled by the receiver's threads.
+/// The received spans.
 type Spans = Arc<Mutex<Vec<Received>>>;
 
-/// An OTLP/HTTP receiver: `POST /v1/traces` with a protobuf `ExportTraceServiceRequest`.
-fn receiver() -> (SocketAddr, Spans) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let addr = listener.local_addr().unwrap();
+/// An OTLP/HTTP receiver on loopback whose spans, decoded with the protocol's own messages,
+/// collect in the returned list as they arrive.
+fn receiver() -> (String, Spans) {
+    let receiver = tfjob_test_support::otlp::Receiver::start(true);
+    let endpoint = receiver.endpoint();
     let spans: Spans = Arc::default();
-    let received = Arc::clone(&spans);
+    let decoded = Arc::clone(&spans);
     std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let received = Arc::clone(&received);
-            std::thread::spawn(move || serve(stream, &received));
+        let mut seen = 0;
+        loop {
+            let bodies = receiver.bodies();
+            for body in &bodies[seen..] {
+                let request =
+                    ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
+                record(&request, &decoded);
+            }
+            seen = bodies.len();
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     });
-    (addr, spans)
-}
-
-/// Serves one connection's requests (the exporter keeps its connection alive).
-fn serve(stream: TcpStream, spans: &Spans) {
-    let mut writer = stream.try_clone().expect("a second handle");
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().expect("a content length");
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).expect("the request body");
-        assert!(
-            request_line.starts_with("POST /v1/traces "),
-            "{request_line}"
-        );
-        let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
-        record(&request, spans);
-        let answer = ExportTraceServiceRequest::default().encode_to_vec();
-        let _ = write!(
-            writer,
-            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
-            answer.len()
-        );
-        let _ = writer.write_all(&answer);
-    }
+    (endpoint, spans)
 }
 
 fn text(value: Option<&Value>) -> String {
@@ -165,9 +130,8 @@ fn job(name: &str, traceparent: &str) -> String {
 
 #[test]
 fn up_exports_the_reconciles_policy_calls_and_api_requests_of_a_job_over_otlp_http() {
-    let (addr, spans) = receiver();
+    let (endpoint, spans) = receiver();
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = format!("http://{addr}");
     let up = Up::start(
         &[
             "--otel-exporter-otlp-endpoint",

@@ -1,8 +1,9 @@
 //! Building policies for the tests and benches the way their authors build them: Python with
 //! componentize-py, JavaScript with componentize-js (at the versions the SDKs pin,
 //! `guest-policies/sdk-python/requirements.txt` and `guest-policies/sdk-js/package-lock.json`),
-//! Rust with cargo for `wasm32-wasip2`; running a child process with a time limit; and a real OCI
-//! registry on loopback ([`registry::Registry`]).
+//! Rust with cargo for `wasm32-wasip2`; running a child process with a time limit; a real OCI
+//! registry on loopback ([`registry::Registry`]); and an OTLP/HTTP trace receiver
+//! ([`otlp::Receiver`]).
 //!
 //! `tests/run` installs both componentize tools outside the clone and names them in
 //! `TFJOB_COMPONENTIZE_PY` and `TFJOB_COMPONENTIZE_JS`. Elsewhere they are looked up on `PATH`
@@ -11,6 +12,7 @@
 //! having run. This crate serves tests, so it fails by panicking with what went wrong.
 
 mod kept;
+pub mod otlp;
 mod process;
 pub mod registry;
 
