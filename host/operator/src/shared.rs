@@ -86,7 +86,7 @@ pub fn init_logging_at(json: bool, default: &str, traces: Option<&Tracing>) {
 
 /// Starts exporting traces when `args` configure it.
 pub fn start_tracing(args: &TraceArgs) -> anyhow::Result<Option<Tracing>> {
-    let Some(config) = args.resolve()? else {
+    let Some(config) = args.resolve() else {
         return Ok(None);
     };
     let tracing = Tracing::start(&config, tfjob_operator::telemetry::span_counts().clone())

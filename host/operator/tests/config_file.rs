@@ -251,6 +251,15 @@ fn a_bad_file_exits_2_naming_the_file_and_the_key() {
         refused("no-configmap-policies: true\npolicy-namespace: [a]\n")
             .contains("cannot be used with key")
     );
+    // The trace settings are checked as they are read, naming the key.
+    assert_eq!(
+        refused("otel-traces-sampler-arg: 1.5\n"),
+        "error: FILE: key \"otel-traces-sampler-arg\": invalid value \"1.5\": not a ratio from 0 to 1\n"
+    );
+    assert!(
+        refused("otel-exporter-otlp-endpoint: https://collector:4317\n")
+            .contains("key \"otel-exporter-otlp-endpoint\": invalid value \"https://collector:4317\": TLS to the collector is not supported"),
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.yaml");

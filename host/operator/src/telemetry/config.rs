@@ -2,6 +2,9 @@
 //! OpenTelemetry SDK's standard environment variable of the same name and from the
 //! configuration file under the flag's name, resolved into one checked [`TraceConfig`].
 //!
+//! Each value is checked by its flag's own parser, so a bad one is reported against the flag,
+//! the variable or the file's key it came from, before anything starts.
+//!
 //! Tracing is off unless an endpoint is given: an operator that starts exporting to a default
 //! address nobody listens on would only count dropped spans. Everything here is pure: the
 //! exporter is built from the result elsewhere ([`super::start`]).
@@ -16,26 +19,26 @@ use clap::{Args, ValueEnum};
 pub struct TraceArgs {
     /// OTLP endpoint spans are exported to (`http://HOST:PORT`); tracing is off without it.
     /// With http/protobuf, `/v1/traces` is appended.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL", value_parser = endpoint)]
     pub otel_exporter_otlp_endpoint: Option<String>,
     /// OTLP endpoint of traces only, used as given (overrides --otel-exporter-otlp-endpoint).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL")]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL", value_parser = endpoint)]
     pub otel_exporter_otlp_traces_endpoint: Option<String>,
     /// OTLP transport [default: grpc].
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_enum)]
     pub otel_exporter_otlp_protocol: Option<Protocol>,
     /// The service name spans carry [default: tfjob-operator].
-    #[arg(long, env = "OTEL_SERVICE_NAME", value_name = "NAME")]
+    #[arg(long, env = "OTEL_SERVICE_NAME", value_name = "NAME", value_parser = service_name)]
     pub otel_service_name: Option<String>,
     /// Which traces are recorded [default: parentbased_always_on].
     #[arg(long, env = "OTEL_TRACES_SAMPLER", value_enum)]
     pub otel_traces_sampler: Option<SamplerName>,
     /// The ratio (0 to 1) of the traceidratio samplers [default: 1].
-    #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG", value_name = "RATIO")]
-    pub otel_traces_sampler_arg: Option<String>,
+    #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG", value_name = "RATIO", value_parser = ratio)]
+    pub otel_traces_sampler_arg: Option<f64>,
     /// Attributes every span's resource carries: `key=value,...`, values percent-encoded.
-    #[arg(long, env = "OTEL_RESOURCE_ATTRIBUTES", value_name = "LIST")]
-    pub otel_resource_attributes: Option<String>,
+    #[arg(long, env = "OTEL_RESOURCE_ATTRIBUTES", value_name = "LIST", value_parser = resource_attributes)]
+    pub otel_resource_attributes: Option<ResourceAttributes>,
     /// Turn tracing off whatever else is set.
     #[arg(long, env = "OTEL_SDK_DISABLED")]
     pub otel_sdk_disabled: bool,
@@ -45,6 +48,10 @@ pub struct TraceArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub otel_span_queue_size: u32,
 }
+
+/// `OTEL_RESOURCE_ATTRIBUTES`, decoded, in key order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceAttributes(pub BTreeMap<String, String>);
 
 /// An OTLP transport, named as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,29 +107,6 @@ pub struct TraceConfig {
     pub export_timeout: Duration,
 }
 
-/// A trace setting that cannot be used, naming the flag and its variable.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum TraceConfigError {
-    #[error("{setting}: {value:?} is not an OTLP endpoint: {reason} (expected http://HOST:PORT)")]
-    Endpoint {
-        setting: &'static str,
-        value: String,
-        reason: String,
-    },
-    #[error(
-        "OTEL_TRACES_SAMPLER_ARG (--otel-traces-sampler-arg): {value:?} is not a ratio from 0 to 1"
-    )]
-    Ratio { value: String },
-    #[error("OTEL_RESOURCE_ATTRIBUTES (--otel-resource-attributes): entry {entry}: {reason}")]
-    ResourceAttribute { entry: usize, reason: &'static str },
-    #[error("OTEL_SERVICE_NAME (--otel-service-name) is empty")]
-    EmptyServiceName,
-}
-
-const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT (--otel-exporter-otlp-endpoint)";
-const TRACES_ENDPOINT: &str =
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (--otel-exporter-otlp-traces-endpoint)";
-
 /// The SDK's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`'s default).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -131,48 +115,49 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESOURCE_ATTRIBUTES_BYTES: usize = 4096;
 
 impl TraceArgs {
-    /// The checked settings, or `None` when tracing is off (no endpoint, or disabled).
-    pub fn resolve(&self) -> Result<Option<TraceConfig>, TraceConfigError> {
+    /// The settings, or `None` when tracing is off (no endpoint, or disabled). Every value was
+    /// checked when it was parsed.
+    pub fn resolve(&self) -> Option<TraceConfig> {
         if self.otel_sdk_disabled {
-            return Ok(None);
+            return None;
         }
         let protocol = self.otel_exporter_otlp_protocol.unwrap_or(Protocol::Grpc);
         let endpoint = match (
             non_empty(&self.otel_exporter_otlp_traces_endpoint),
             non_empty(&self.otel_exporter_otlp_endpoint),
         ) {
-            (Some(traces), _) => checked_endpoint(TRACES_ENDPOINT, traces)?.to_owned(),
-            (None, Some(general)) => {
-                let base = checked_endpoint(ENDPOINT, general)?;
-                match protocol {
-                    Protocol::Grpc => base.to_owned(),
-                    // The general endpoint names the collector; each signal has its own path.
-                    Protocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
-                }
-            }
-            (None, None) => return Ok(None),
+            (Some(traces), _) => traces.to_owned(),
+            (None, Some(general)) => match protocol {
+                Protocol::Grpc => general.to_owned(),
+                // The general endpoint names the collector; each signal has its own path.
+                Protocol::HttpProtobuf => format!("{}/v1/traces", general.trim_end_matches('/')),
+            },
+            (None, None) => return None,
         };
-        let service_name = match &self.otel_service_name {
-            Some(name) if name.trim().is_empty() => return Err(TraceConfigError::EmptyServiceName),
-            Some(name) => name.clone(),
-            None => "tfjob-operator".to_owned(),
+        let ratio = self.otel_traces_sampler_arg.unwrap_or(1.0);
+        let sampling = match self
+            .otel_traces_sampler
+            .unwrap_or(SamplerName::ParentbasedAlwaysOn)
+        {
+            SamplerName::AlwaysOn => Sampling::AlwaysOn,
+            SamplerName::AlwaysOff => Sampling::AlwaysOff,
+            SamplerName::Traceidratio => Sampling::Ratio(ratio),
+            SamplerName::ParentbasedAlwaysOn => Sampling::ParentBased(Root::AlwaysOn),
+            SamplerName::ParentbasedAlwaysOff => Sampling::ParentBased(Root::AlwaysOff),
+            SamplerName::ParentbasedTraceidratio => Sampling::ParentBased(Root::Ratio(ratio)),
         };
-        Ok(Some(TraceConfig {
+        Some(TraceConfig {
             endpoint,
             protocol,
-            service_name,
-            sampling: sampling(
-                self.otel_traces_sampler
-                    .unwrap_or(SamplerName::ParentbasedAlwaysOn),
-                self.otel_traces_sampler_arg.as_deref(),
-            )?,
-            resource_attributes: match &self.otel_resource_attributes {
-                Some(list) => resource_attributes(list)?,
-                None => BTreeMap::new(),
-            },
+            service_name: self
+                .otel_service_name
+                .clone()
+                .unwrap_or_else(|| "tfjob-operator".to_owned()),
+            sampling,
+            resource_attributes: self.otel_resource_attributes.clone().unwrap_or_default().0,
             queue_size: self.otel_span_queue_size as usize,
             export_timeout: EXPORT_TIMEOUT,
-        }))
+        })
     }
 }
 
@@ -180,85 +165,78 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-/// Checks that `value` is an absolute `http://` URL with a host. `https://` is refused: the
-/// exporters are built without TLS, and a collector on loopback or a sidecar is the
-/// deployment this serves.
-fn checked_endpoint<'a>(
-    setting: &'static str,
-    value: &'a str,
-) -> Result<&'a str, TraceConfigError> {
-    let refuse = |reason: String| TraceConfigError::Endpoint {
-        setting,
-        value: value.to_owned(),
-        reason,
-    };
-    let uri: http::Uri = value.parse().map_err(|e| refuse(format!("{e}")))?;
+/// Checks an endpoint: an absolute `http://` URL with a host, or empty (no endpoint).
+/// `https://` is refused: the exporters are built without TLS, and a collector on loopback or
+/// in a sidecar is the deployment this serves.
+fn endpoint(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); expected http://HOST:PORT"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
-            return Err(refuse(
-                "TLS to the collector is not supported; export to a collector on loopback or in \
-                 a sidecar"
+            return Err(
+                "TLS to the collector is not supported; export to a collector on \
+                        loopback or in a sidecar (http://HOST:PORT)"
                     .to_owned(),
-            ));
+            );
         }
-        _ => return Err(refuse("no http:// scheme".to_owned())),
+        _ => return Err("no http:// scheme; expected http://HOST:PORT".to_owned()),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(refuse("no host".to_owned()));
+        return Err("no host; expected http://HOST:PORT".to_owned());
     }
-    Ok(value)
+    Ok(value.to_owned())
 }
 
-fn sampling(name: SamplerName, arg: Option<&str>) -> Result<Sampling, TraceConfigError> {
-    let ratio = || match arg.map(str::trim).filter(|a| !a.is_empty()) {
-        None => Ok(1.0),
-        Some(text) => text
-            .parse::<f64>()
-            .ok()
-            .filter(|r| (0.0..=1.0).contains(r))
-            .ok_or_else(|| TraceConfigError::Ratio {
-                value: text.to_owned(),
-            }),
-    };
-    Ok(match name {
-        SamplerName::AlwaysOn => Sampling::AlwaysOn,
-        SamplerName::AlwaysOff => Sampling::AlwaysOff,
-        SamplerName::Traceidratio => Sampling::Ratio(ratio()?),
-        SamplerName::ParentbasedAlwaysOn => Sampling::ParentBased(Root::AlwaysOn),
-        SamplerName::ParentbasedAlwaysOff => Sampling::ParentBased(Root::AlwaysOff),
-        SamplerName::ParentbasedTraceidratio => Sampling::ParentBased(Root::Ratio(ratio()?)),
-    })
+fn service_name(value: &str) -> Result<String, String> {
+    match value.trim() {
+        "" => Err("must not be empty".to_owned()),
+        name => Ok(name.to_owned()),
+    }
+}
+
+/// A sampling ratio: a number from 0 to 1 (not NaN).
+fn ratio(value: &str) -> Result<f64, String> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| "not a ratio from 0 to 1".to_owned())
 }
 
 /// Parses `key=value,...` as the SDK specification writes it: keys and values trimmed,
 /// values percent-decoded to UTF-8. A malformed entry refuses the whole list, naming it
 /// (counted from 1), rather than dropping attributes silently.
-fn resource_attributes(list: &str) -> Result<BTreeMap<String, String>, TraceConfigError> {
-    let fail = |entry: usize, reason| TraceConfigError::ResourceAttribute { entry, reason };
+fn resource_attributes(list: &str) -> Result<ResourceAttributes, String> {
     if list.len() > MAX_RESOURCE_ATTRIBUTES_BYTES {
-        return Err(fail(0, "the list is longer than 4096 bytes"));
+        return Err(format!("longer than {MAX_RESOURCE_ATTRIBUTES_BYTES} bytes"));
     }
     let mut attributes = BTreeMap::new();
     for (index, entry) in list.split(',').enumerate() {
-        let number = index + 1;
+        let fail = |reason: &str| format!("entry {}: {reason}", index + 1);
         if entry.trim().is_empty() {
             continue;
         }
         let (key, value) = entry
             .split_once('=')
-            .ok_or_else(|| fail(number, "no `=` between key and value"))?;
+            .ok_or_else(|| fail("no `=` between key and value"))?;
         let key = key.trim();
         if key.is_empty() {
-            return Err(fail(number, "empty key"));
+            return Err(fail("empty key"));
         }
         if !key.is_ascii() {
-            return Err(fail(number, "keys are ASCII; percent-encode values only"));
+            return Err(fail("keys are ASCII; percent-encode values only"));
         }
-        let value = percent_decoded(value.trim()).map_err(|reason| fail(number, reason))?;
+        let value = percent_decoded(value.trim()).map_err(fail)?;
         attributes.insert(key.to_owned(), value);
     }
-    Ok(attributes)
+    Ok(ResourceAttributes(attributes))
 }
 
 /// Decodes `%XX` escapes, refusing a `%` not followed by two hex digits and bytes that are not
@@ -283,33 +261,42 @@ fn percent_decoded(value: &str) -> Result<String, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    fn with_endpoint(endpoint: &str) -> TraceArgs {
-        TraceArgs {
-            otel_exporter_otlp_endpoint: Some(endpoint.to_owned()),
-            otel_span_queue_size: 2048,
-            ..TraceArgs::default()
-        }
+    /// The trace flags as `run` and `up` take them.
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        traces: TraceArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<TraceArgs, String> {
+        Cli::try_parse_from(std::iter::once("tfjob-operator").chain(flags.iter().copied()))
+            .map(|cli| cli.traces)
+            .map_err(|e| e.to_string())
+    }
+
+    fn resolve(flags: &[&str]) -> Option<TraceConfig> {
+        parse(flags).expect("valid flags").resolve()
     }
 
     #[test]
     fn tracing_is_off_without_an_endpoint_or_when_disabled() {
-        assert_eq!(TraceArgs::default().resolve(), Ok(None));
-        let blank = with_endpoint("  ");
-        assert_eq!(blank.resolve(), Ok(None));
-        let disabled = TraceArgs {
-            otel_sdk_disabled: true,
-            ..with_endpoint("http://127.0.0.1:4317")
-        };
-        assert_eq!(disabled.resolve(), Ok(None));
+        assert_eq!(resolve(&[]), None);
+        assert_eq!(resolve(&["--otel-exporter-otlp-endpoint", "  "]), None);
+        assert_eq!(
+            resolve(&[
+                "--otel-exporter-otlp-endpoint",
+                "http://127.0.0.1:4317",
+                "--otel-sdk-disabled"
+            ]),
+            None
+        );
     }
 
     #[test]
     fn the_defaults_follow_the_sdk_specification() {
-        let config = with_endpoint("http://127.0.0.1:4317")
-            .resolve()
-            .unwrap()
-            .unwrap();
+        let config = resolve(&["--otel-exporter-otlp-endpoint", "http://127.0.0.1:4317"]).unwrap();
         assert_eq!(config.endpoint, "http://127.0.0.1:4317");
         assert_eq!(config.protocol, Protocol::Grpc);
         assert_eq!(config.service_name, "tfjob-operator");
@@ -320,78 +307,79 @@ mod tests {
 
     #[test]
     fn http_appends_the_traces_path_to_the_general_endpoint_only() {
-        let mut args = with_endpoint("http://collector:4318/");
-        args.otel_exporter_otlp_protocol = Some(Protocol::HttpProtobuf);
+        let general = [
+            "--otel-exporter-otlp-endpoint",
+            "http://collector:4318/",
+            "--otel-exporter-otlp-protocol",
+            "http/protobuf",
+        ];
         assert_eq!(
-            args.resolve().unwrap().unwrap().endpoint,
+            resolve(&general).unwrap().endpoint,
             "http://collector:4318/v1/traces"
         );
-        args.otel_exporter_otlp_traces_endpoint = Some("http://other:4318/custom".to_owned());
-        assert_eq!(
-            args.resolve().unwrap().unwrap().endpoint,
-            "http://other:4318/custom"
-        );
+        let mut both = general.to_vec();
+        both.extend([
+            "--otel-exporter-otlp-traces-endpoint",
+            "http://other:4318/custom",
+        ]);
+        assert_eq!(resolve(&both).unwrap().endpoint, "http://other:4318/custom");
     }
 
     #[test]
-    fn a_bad_endpoint_names_its_variable() {
-        for bad in [
-            "collector:4317",
-            "https://collector:4317",
-            "http://",
-            "ftp://x",
-            "http://a b",
+    fn a_bad_value_is_refused_naming_its_flag() {
+        for (flag, bad) in [
+            ("--otel-exporter-otlp-endpoint", "collector:4317"),
+            ("--otel-exporter-otlp-endpoint", "https://collector:4317"),
+            ("--otel-exporter-otlp-endpoint", "http://"),
+            ("--otel-exporter-otlp-endpoint", "ftp://x"),
+            ("--otel-exporter-otlp-endpoint", "http://a b"),
+            ("--otel-exporter-otlp-traces-endpoint", "nonsense"),
+            ("--otel-exporter-otlp-protocol", "http/json"),
+            ("--otel-traces-sampler", "jaeger_remote"),
+            ("--otel-service-name", " "),
+            ("--otel-span-queue-size", "0"),
         ] {
-            let error = with_endpoint(bad).resolve().unwrap_err();
-            assert!(
-                error.to_string().starts_with("OTEL_EXPORTER_OTLP_ENDPOINT"),
-                "{bad}: {error}"
-            );
+            let error = parse(&[flag, bad]).unwrap_err();
+            assert!(error.contains(flag), "{flag} {bad}: {error}");
         }
-        let args = TraceArgs {
-            otel_exporter_otlp_traces_endpoint: Some("nonsense".to_owned()),
-            ..with_endpoint("http://fine:4317")
-        };
-        assert!(matches!(
-            args.resolve(),
-            Err(TraceConfigError::Endpoint { setting, .. }) if setting == TRACES_ENDPOINT
-        ));
     }
 
     #[test]
     fn sampler_ratios_are_checked() {
-        let resolve = |name, arg: Option<&str>| {
-            let args = TraceArgs {
-                otel_traces_sampler: Some(name),
-                otel_traces_sampler_arg: arg.map(str::to_owned),
-                ..with_endpoint("http://127.0.0.1:4317")
-            };
-            args.resolve().map(|c| c.unwrap().sampling)
+        let sampling = |flags: &[&str]| {
+            let mut all = vec!["--otel-exporter-otlp-endpoint", "http://127.0.0.1:4317"];
+            all.extend_from_slice(flags);
+            resolve(&all).unwrap().sampling
         };
         assert_eq!(
-            resolve(SamplerName::Traceidratio, Some("0.25")),
-            Ok(Sampling::Ratio(0.25))
+            sampling(&[
+                "--otel-traces-sampler",
+                "traceidratio",
+                "--otel-traces-sampler-arg",
+                "0.25"
+            ]),
+            Sampling::Ratio(0.25)
         );
         assert_eq!(
-            resolve(SamplerName::ParentbasedTraceidratio, None),
-            Ok(Sampling::ParentBased(Root::Ratio(1.0)))
+            sampling(&["--otel-traces-sampler", "parentbased_traceidratio"]),
+            Sampling::ParentBased(Root::Ratio(1.0))
         );
         assert_eq!(
-            resolve(SamplerName::Traceidratio, Some("0")),
-            Ok(Sampling::Ratio(0.0))
+            sampling(&[
+                "--otel-traces-sampler",
+                "traceidratio",
+                "--otel-traces-sampler-arg",
+                "0"
+            ]),
+            Sampling::Ratio(0.0)
         );
         assert_eq!(
-            resolve(SamplerName::AlwaysOff, Some("ignored")),
-            Ok(Sampling::AlwaysOff)
+            sampling(&["--otel-traces-sampler", "always_off"]),
+            Sampling::AlwaysOff
         );
-        for bad in ["NaN", "1.5", "-0.1", "inf", "１", "half"] {
-            assert_eq!(
-                resolve(SamplerName::Traceidratio, Some(bad)),
-                Err(TraceConfigError::Ratio {
-                    value: bad.to_owned()
-                }),
-                "{bad}"
-            );
+        for bad in ["NaN", "1.5", "-0.1", "inf", "１", "half", ""] {
+            let error = parse(&[&format!("--otel-traces-sampler-arg={bad}")]).unwrap_err();
+            assert!(error.contains("not a ratio from 0 to 1"), "{bad}: {error}");
         }
     }
 
@@ -402,7 +390,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            parsed,
+            parsed.0,
             BTreeMap::from([
                 ("city".to_owned(), "Köln".to_owned()),
                 ("deployment.environment".to_owned(), "prod".to_owned()),
@@ -411,38 +399,20 @@ mod tests {
             ])
         );
         let refused = |list: &str| resource_attributes(list).unwrap_err();
-        assert_eq!(
-            refused("a=1,b"),
-            TraceConfigError::ResourceAttribute {
-                entry: 2,
-                reason: "no `=` between key and value"
-            }
-        );
-        assert!(matches!(
-            refused("a=%zz"),
-            TraceConfigError::ResourceAttribute { entry: 1, .. }
-        ));
-        assert!(matches!(
-            refused("a=%C3"),
-            TraceConfigError::ResourceAttribute { entry: 1, .. }
-        ));
-        assert!(matches!(
-            refused("a=%4"),
-            TraceConfigError::ResourceAttribute { entry: 1, .. }
-        ));
-        assert!(matches!(
-            refused("=v"),
-            TraceConfigError::ResourceAttribute { entry: 1, .. }
-        ));
-        assert!(matches!(
-            refused("ké=v"),
-            TraceConfigError::ResourceAttribute { entry: 1, .. }
-        ));
-        assert!(matches!(
-            refused(&"k=v,".repeat(2000)),
-            TraceConfigError::ResourceAttribute { entry: 0, .. }
-        ));
-        // Multi-byte text in a value is fine when percent-encoded or given as is.
-        assert_eq!(resource_attributes("k=日本").unwrap()["k"], "日本");
+        assert_eq!(refused("a=1,b"), "entry 2: no `=` between key and value");
+        for bad in ["a=%zz", "a=%C3", "a=%4", "=v", "ké=v"] {
+            assert!(
+                refused(bad).starts_with("entry 1: "),
+                "{bad}: {}",
+                refused(bad)
+            );
+        }
+        assert!(refused(&"k=v,".repeat(2000)).starts_with("longer than"));
+        // Multi-byte text in a value is fine, percent-encoded or as it is.
+        assert_eq!(resource_attributes("k=日本").unwrap().0["k"], "日本");
+        // Through the flag, the error names it.
+        let error = parse(&["--otel-resource-attributes", "a=1,b"]).unwrap_err();
+        assert!(error.contains("--otel-resource-attributes"), "{error}");
+        assert!(error.contains("entry 2"), "{error}");
     }
 }

@@ -20,7 +20,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::registry::LookupSpan;
 
-pub use config::{TraceArgs, TraceConfig, TraceConfigError};
+pub use config::{ResourceAttributes, TraceArgs, TraceConfig};
 pub use export::{BoundedExport, ExportSettings, ExportStartError, SpanCounts, span_counts};
 
 use config::{Protocol, Root, Sampling};
