@@ -149,9 +149,16 @@ impl TraceArgs {
         Some(TraceConfig {
             endpoint,
             protocol,
+            // As the SDK specification orders it: the service name's own setting, then a
+            // `service.name` among the resource attributes, then the default.
             service_name: self
                 .otel_service_name
                 .clone()
+                .or_else(|| {
+                    self.otel_resource_attributes
+                        .as_ref()
+                        .and_then(|a| a.0.get("service.name").cloned())
+                })
                 .unwrap_or_else(|| "tfjob-operator".to_owned()),
             sampling,
             resource_attributes: self.otel_resource_attributes.clone().unwrap_or_default().0,
@@ -303,6 +310,21 @@ mod tests {
         assert_eq!(config.sampling, Sampling::ParentBased(Root::AlwaysOn));
         assert!(config.resource_attributes.is_empty());
         assert_eq!(config.queue_size, 2048);
+    }
+
+    #[test]
+    fn the_service_name_comes_from_its_setting_then_the_resource_attributes() {
+        let endpoint = ["--otel-exporter-otlp-endpoint", "http://127.0.0.1:4317"];
+        let named = |extra: &[&str]| {
+            let mut flags = endpoint.to_vec();
+            flags.extend_from_slice(extra);
+            resolve(&flags).unwrap().service_name
+        };
+        let attributes = ["--otel-resource-attributes", "service.name=trainer,team=ml"];
+        assert_eq!(named(&attributes), "trainer");
+        let mut both = attributes.to_vec();
+        both.extend(["--otel-service-name", "operator-a"]);
+        assert_eq!(named(&both), "operator-a");
     }
 
     #[test]
