@@ -246,7 +246,7 @@ pub(crate) fn run_hook(
         HookInput::Resources(c) => {
             let requirements = serde_json::to_value(c.resources.clone().unwrap_or_default())
                 .expect("requirements serialise");
-            hook_call::resources(caller, policy, ctx, &c.name, &requirements)
+            hook_call::resources(caller, policy, ctx, None, &c.name, &requirements)
                 .map(HookOutput::Resources)
         }
         HookInput::Classify { pod, now } => {

@@ -294,6 +294,11 @@ fn one_traced_job(up: &Up, spans: &Spans, service: &str) -> Vec<Received> {
         assert!(!call.attributes["policy"].is_empty());
         assert_eq!(call.attributes["policy.digest"].len(), 64, "{call:?}");
         assert_eq!(call.attributes["outcome"], "ok", "{call:?}");
+        // Each call names the pod it is about: one of this job's.
+        assert!(
+            call.attributes["k8s.pod.name"].starts_with("traced-"),
+            "{call:?}"
+        );
     }
     // kube-client names each request's span after its verb (`create`, `list`, ...).
     let requests: Vec<&Received> = all

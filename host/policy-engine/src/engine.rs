@@ -879,6 +879,7 @@ impl PolicyEngine {
                 tenant: limits.tenant,
             },
             reader: None,
+            pod: None,
         }
     }
 
@@ -1081,12 +1082,20 @@ pub struct LimitedEngine<'a> {
     /// What the hooks called through it may read of the cluster (`validate-settings` reads
     /// nothing: a settings document is valid or not whatever the cluster holds).
     reader: Option<Reader>,
+    /// The pod the calls are about, named in their trace spans.
+    pod: Option<Box<str>>,
 }
 
 impl LimitedEngine<'_> {
     /// The same handle, its hook calls reading the cluster as `reader` allows.
     pub fn reading(mut self, reader: Reader) -> Self {
         self.reader = Some(reader);
+        self
+    }
+
+    /// The same handle, its hook calls about the pod named `name` (for their trace spans).
+    pub fn about_pod(mut self, name: Option<&str>) -> Self {
+        self.pod = name.map(Box::from);
         self
     }
 
@@ -1297,6 +1306,7 @@ impl LimitedEngine<'_> {
             policy = name,
             policy.digest = policy.digest.as_str(),
             hook = hook.as_str(),
+            k8s.pod.name = self.pod.as_deref(),
             preinitialized = prepared.is_some(),
             outcome = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,

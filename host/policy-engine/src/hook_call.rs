@@ -92,7 +92,7 @@ pub fn decorate(
     ctx: &JobContext,
     pod: &Value,
 ) -> Result<Value, EvalError> {
-    let text = caller.limited(p, ctx).decorate(
+    let text = caller.limited(p, ctx).about_pod(pod_name(pod)).decorate(
         &p.compiled,
         p.name(),
         ctx,
@@ -130,10 +130,11 @@ pub fn resources(
     caller: Caller<'_>,
     p: &ActivePolicy,
     ctx: &JobContext,
+    pod: Option<&str>,
     container: &str,
     requirements: &Value,
 ) -> Result<Value, EvalError> {
-    let text = caller.limited(p, ctx).override_resources(
+    let text = caller.limited(p, ctx).about_pod(pod).override_resources(
         &p.compiled,
         p.name(),
         ctx,
@@ -157,6 +158,7 @@ pub fn resources_of_pod(
     ctx: &JobContext,
     pod: &mut Value,
 ) -> Result<(), EvalError> {
+    let pod_name = pod_name(pod).map(str::to_owned);
     for list in ["initContainers", "containers"] {
         let Some(containers) = pod
             .pointer_mut(&format!("/spec/{list}"))
@@ -174,10 +176,16 @@ pub fn resources_of_pod(
                 .get("resources")
                 .cloned()
                 .unwrap_or_else(|| serde_json::json!({}));
-            container["resources"] = resources(caller, p, ctx, &name, &current)?;
+            container["resources"] =
+                resources(caller, p, ctx, pod_name.as_deref(), &name, &current)?;
         }
     }
     Ok(())
+}
+
+/// The name in a pod's JSON, if it has one.
+fn pod_name(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/name").and_then(Value::as_str)
 }
 
 /// An observed pod as `classify-pod` is given it: the pod, its JSON (made once for every
@@ -208,14 +216,17 @@ pub fn classify(
     ctx: &JobContext,
     observed: &Observed<'_>,
 ) -> Result<Verdict, EvalError> {
-    let verdict = caller.limited(p, ctx).classify(
-        &p.compiled,
-        p.name(),
-        ctx,
-        &p.settings,
-        observed.json,
-        &observed.now.to_string(),
-    )?;
+    let verdict = caller
+        .limited(p, ctx)
+        .about_pod(observed.pod.metadata.name.as_deref())
+        .classify(
+            &p.compiled,
+            p.name(),
+            ctx,
+            &p.settings,
+            observed.json,
+            &observed.now.to_string(),
+        )?;
     let verdict = verdict_from(verdict, &p.label())?;
     verdict_guard::check(observed.pod, &verdict)
         .map_err(|contradiction| EvalError::new(Category::InvalidOutput, contradiction))?;

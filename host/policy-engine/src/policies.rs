@@ -527,6 +527,15 @@ impl PodPolicies for WasmPolicies {
                     if let Some(m) = &self.metrics {
                         m.reused();
                     }
+                    // No policy is called: the trace says so in the reconcile's span.
+                    let pod_name = pod.metadata.name.as_deref();
+                    tracing::event!(
+                        target: tfjob_planner::SPAN_TARGET,
+                        tracing::Level::DEBUG,
+                        k8s.pod.name = pod_name,
+                        cache_hit = true,
+                        "classification reused: the pod and its policies are unchanged"
+                    );
                     return Ok(hit);
                 }
                 Some((uid.clone(), key))

@@ -1228,3 +1228,72 @@ fn a_classification_is_reused_until_the_pod_the_policy_the_context_or_the_time_c
     classify(&policies, &unstored, "2026-01-01T00:10:00Z");
     assert_eq!(counts(), (7, 3));
 }
+
+/// What a trace would get from the policy pipeline: each span's name and fields when it
+/// starts, and each event's fields, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<Record>>>);
+
+/// A span's name, or `event`, and its fields.
+type Record = (String, BTreeMap<String, String>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let name = attrs.metadata().name().to_owned();
+        self.0.lock().unwrap().push((name, fields));
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap().push(("event".to_owned(), fields));
+    }
+}
+
+#[test]
+fn a_policy_call_span_names_its_pod_and_a_reused_verdict_says_so() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (policies, _registry, counts) = counted_classifier(json!({}));
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::registry().with(captured.clone());
+    let pod = backing_off("10");
+    tracing::subscriber::with_default(subscriber, || {
+        for now in ["2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"] {
+            policies.classify(&ctx(), &pod, at(now)).unwrap();
+        }
+    });
+    assert_eq!(counts(), (1, 1), "one call, then one reuse");
+    let captured = captured.0.lock().unwrap();
+    let calls: Vec<_> = captured
+        .iter()
+        .filter(|(name, _)| name == "policy call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{captured:?}");
+    assert_eq!(calls[0].1["k8s.pod.name"], "w-0");
+    assert_eq!(calls[0].1["hook"], "classify");
+    let reused: Vec<_> = captured
+        .iter()
+        .filter(|(name, fields)| name == "event" && fields.contains_key("cache_hit"))
+        .collect();
+    assert_eq!(reused.len(), 1, "{captured:?}");
+    assert_eq!(reused[0].1["k8s.pod.name"], "w-0");
+    assert_eq!(reused[0].1["cache_hit"], "true");
+}
