@@ -1,8 +1,9 @@
 //! The operator's API client: every request names the operator in its `User-Agent`
 //! (`tfjob-operator/<version>`), so audit logs, API priority and fairness, and the embedded
 //! cluster's request counts tell its requests from anyone else's; every request passes the
-//! client-side rate limit ([`crate::rate_limit`]) and is counted by status code and method
-//! ([`crate::api_metrics`]).
+//! client-side rate limit ([`crate::rate_limit`]), is counted by status code and method
+//! ([`crate::api_metrics`]) and, with traces on, is a span whose context goes with it
+//! ([`crate::api_trace`]).
 
 use http::HeaderValue;
 use http::header::USER_AGENT as USER_AGENT_HEADER;
@@ -12,6 +13,7 @@ use tfjob_controller::Leadership;
 use tower::util::MapRequestLayer;
 
 use crate::api_metrics::ApiMetrics;
+use crate::api_trace::ApiTraceLayer;
 use crate::rate_limit::{ApiRate, RateLimitLayer};
 
 /// The operator's `User-Agent`.
@@ -40,6 +42,8 @@ pub fn build(
         .with_layer(&measure)
         .with_layer(&name)
         .with_layer(&limit)
+        // Outermost: the span covers the wait for the rate limit too.
+        .with_layer(&ApiTraceLayer)
         .build())
 }
 

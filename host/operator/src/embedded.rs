@@ -88,6 +88,9 @@ pub struct ClusterOptions {
     pub authorize: bool,
     /// How the API server serves: HTTPS (the default) or plain HTTP.
     pub serving: Serving,
+    /// The API server makes a trace span of each request that carries a trace context, a child
+    /// of the client's (`up` with traces on; [`crate::api_trace`]).
+    pub trace_requests: bool,
 }
 
 /// How the API server serves its clients.
@@ -127,6 +130,7 @@ impl ClusterOptions {
             leader_election: None,
             authorize: false,
             serving: Serving::Https,
+            trace_requests: false,
         }
     }
 }
@@ -262,6 +266,9 @@ impl EmbeddedCluster {
             ..ServerOptions::default()
         };
         server_options.access.authorize = options.authorize;
+        if options.trace_requests {
+            server_options.tracing = Some(Arc::new(crate::api_trace::ServerTracing));
+        }
         if let Some(certificates) = &certificates {
             server_options = server_options.with_https(certificates)?;
         }

@@ -9,6 +9,7 @@
 
 pub mod api_client;
 pub mod api_metrics;
+pub mod api_trace;
 pub mod embedded;
 pub mod operator;
 pub mod policy_setup;

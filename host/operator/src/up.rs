@@ -156,7 +156,7 @@ pub fn main(args: UpArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(up(args));
+    let result = runtime.block_on(up(args, traces.is_some()));
     if let Some(traces) = traces {
         traces.shutdown();
     }
@@ -173,7 +173,8 @@ default-classify:
   settings: {failUnschedulable: {gracePeriod: 5s}}
 ";
 
-async fn up(mut args: UpArgs) -> anyhow::Result<()> {
+/// Runs `up`; `traced`: traces are exported, so the API server traces the requests it serves.
+async fn up(mut args: UpArgs, traced: bool) -> anyhow::Result<()> {
     if args.demo && args.policies.policy_config.is_none() {
         let path = args
             .kubeconfig_out
@@ -236,6 +237,7 @@ async fn up(mut args: UpArgs) -> anyhow::Result<()> {
         simulate_kueue: args.kueue,
         authorize: args.authorize,
         serving: serving(args.plain_http, args.state.as_deref()),
+        trace_requests: traced,
     })
     .await?;
     if args.authorize {

@@ -300,18 +300,33 @@ fn one_traced_job(up: &Up, spans: &Spans, service: &str) -> Vec<Received> {
             "{call:?}"
         );
     }
-    // kube-client names each request's span after its verb (`create`, `list`, ...).
+    // Each request's span is named after what it does (`create pods`, `update tfjobs/status`).
     let requests: Vec<&Received> = all
         .iter()
-        .filter(|s| s.attributes.contains_key("http.method") && in_reconcile(s, &s.name))
+        .filter(|s| s.attributes.contains_key("k8s.verb") && in_reconcile(s, &s.name))
+        .collect();
+    let creation = requests
+        .iter()
+        .find(|r| {
+            r.name == "create pods"
+                && r.attributes["k8s.verb"] == "create"
+                && r.attributes["k8s.resource"] == "pods"
+                && r.attributes["http.method"] == "POST"
+                && r.attributes["http.url"].contains("/namespaces/default/pods")
+                && r.attributes["http.status_code"] == "201"
+        })
+        .unwrap_or_else(|| panic!("no pod creation among {requests:?}"));
+    // The API server's side of the same request is its child, in the same trace: the
+    // operator's client sent the request span's context in a `traceparent` header.
+    let served: Vec<&Received> = all
+        .iter()
+        .filter(|s| s.trace_id == creation.trace_id && s.parent_span_id == creation.span_id)
         .collect();
     assert!(
-        requests
-            .iter()
-            .any(|r| r.attributes["http.method"] == "POST"
-                && r.attributes["http.url"].contains("/pods")
-                && r.attributes["http.status_code"] == "201"),
-        "no pod creation among {requests:?}"
+        served.iter().any(|s| s.name == "serve create pods"
+            && s.attributes["http.method"] == "POST"
+            && s.attributes["http.status_code"] == "201"),
+        "no server span under {creation:?}: {served:?}"
     );
     policy_calls.into_iter().cloned().collect()
 }

@@ -58,6 +58,35 @@ pub struct ServerOptions {
     pub access: Access,
     /// HTTPS with this configuration ([`crate::http::tls`]); plain HTTP without.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Trace spans of the requests served, made by whoever runs the server (none by default).
+    pub tracing: Option<Arc<dyn RequestTracing>>,
+}
+
+/// How the server traces the requests it serves. The server knows no trace format: whoever
+/// starts it (the operator's `up`, which exports traces) decides which requests get a span and
+/// what it says, typically a child of the client's span named by a `traceparent` header.
+pub trait RequestTracing: std::fmt::Debug + Send + Sync + 'static {
+    /// The span to serve the request in, or `None` to serve it untraced.
+    fn span(&self, headers: &HeaderMap, method: &Method, uri: &Uri) -> Option<tracing::Span>;
+    /// The request served in `span` was answered with `status`.
+    fn answered(&self, span: &tracing::Span, status: StatusCode);
+}
+
+/// Serves the request in the span `tracing` makes for it, if any; see [`RequestTracing`].
+async fn traced(
+    State(tracing): State<Arc<dyn RequestTracing>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use tracing::Instrument as _;
+    match tracing.span(request.headers(), request.method(), request.uri()) {
+        None => next.run(request).await,
+        Some(span) => {
+            let response = next.run(request).instrument(span.clone()).await;
+            tracing.answered(&span, response.status());
+            response
+        }
+    }
 }
 
 impl ServerOptions {
@@ -123,12 +152,13 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         faults: options.faults.clone(),
         stats: options.stats.clone(),
     });
+    let tracing = options.tracing.clone();
     let state = Arc::new(ApiServer {
         store,
         options,
         pages: ListPages::default(),
     });
-    Router::new()
+    let router = Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/livez", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }))
@@ -144,8 +174,13 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             hooks,
             crate::http::debug::middleware,
-        ))
-        .with_state(state)
+        ));
+    // Outermost, so a request's span covers everything the server does for it.
+    let router = match tracing {
+        Some(tracing) => router.layer(axum::middleware::from_fn_with_state(tracing, traced)),
+        None => router,
+    };
+    router.with_state(state)
 }
 
 /// Serves the API on `listener` with `options` until `shutdown` resolves.

@@ -109,7 +109,7 @@ impl Tracing {
 }
 
 /// What a trace records: the operator's own spans ([`tfjob_planner::SPAN_TARGET`], at `debug`
-/// so that logs do not pay for them), kube-client's span of each API request (also `debug`),
+/// so that logs do not pay for them; among them each API request's, [`crate::api_trace`]),
 /// and events at `info` and above, which become events of the span they happen in (a policy's
 /// log lines in its call's). kube-runtime's span around each reconcile is left out: it covers
 /// only the creation of the reconcile's future, not its run, and would be an empty trace each
@@ -117,7 +117,6 @@ impl Tracing {
 fn traced() -> Targets {
     Targets::new()
         .with_target(tfjob_planner::SPAN_TARGET, LevelFilter::DEBUG)
-        .with_target("kube_client::client::builder", LevelFilter::DEBUG)
         .with_target("kube_runtime", LevelFilter::WARN)
         .with_default(LevelFilter::INFO)
 }
