@@ -382,7 +382,7 @@ impl TraceSink {
         match std::env::var("TFJOB_SCALE_TRACES").as_deref() {
             Err(_) | Ok("" | "off") => TraceSink::Off,
             Ok("down") => TraceSink::Down(free_port()),
-            Ok("on") => TraceSink::On(tfjob_test_support::otlp::Receiver::start(false)),
+            Ok("on") => TraceSink::On(tfjob_test_support::otlp::Receiver::start()),
             Ok(other) => panic!("TFJOB_SCALE_TRACES={other}: expected off, down or on"),
         }
     }

@@ -37,24 +37,13 @@ type Spans = Arc<Mutex<Vec<Received>>>;
 /// An OTLP/HTTP receiver on loopback whose spans, decoded with the protocol's own messages,
 /// collect in the returned list as they arrive.
 fn receiver() -> (String, Spans) {
-    let receiver = tfjob_test_support::otlp::Receiver::start(true);
-    let endpoint = receiver.endpoint();
     let spans: Spans = Arc::default();
     let decoded = Arc::clone(&spans);
-    std::thread::spawn(move || {
-        let mut seen = 0;
-        loop {
-            let bodies = receiver.bodies();
-            for body in &bodies[seen..] {
-                let request =
-                    ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
-                record(&request, &decoded);
-            }
-            seen = bodies.len();
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+    let receiver = tfjob_test_support::otlp::Receiver::start_with(move |body| {
+        let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+        record(&request, &decoded);
     });
-    (endpoint, spans)
+    (receiver.endpoint(), spans)
 }
 
 fn text(value: Option<&Value>) -> String {

@@ -1,37 +1,49 @@
 //! An OTLP/HTTP receiver on loopback for the trace tests and the scale bench: it answers every
-//! `POST /v1/traces` with an empty success and keeps each request's body (an
-//! `ExportTraceServiceRequest`, decoded by whoever reads it) or, for a bench that only needs a
-//! collector that keeps up, counts it. A small HTTP/1.1 server of its own, so that no
+//! `POST /v1/traces` with an empty success, counts it, and hands each request's body (an
+//! `ExportTraceServiceRequest`, decoded by whoever is handed it) to a callback, if it was given
+//! one; a bench that only needs a collector that keeps up gives none. A small HTTP/1.1 server of its own, so that no
 //! collector is needed and nothing here shares code with the exporter it receives from.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// What the receiver got.
 #[derive(Default)]
 struct Received {
-    bodies: Mutex<Vec<Vec<u8>>>,
     requests: AtomicU64,
     bytes: AtomicU64,
 }
+
+/// What is done with each body received.
+type OnBody = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// A running receiver; it serves until the process ends.
 #[derive(Clone)]
 pub struct Receiver {
     addr: SocketAddr,
-    keep: bool,
+    on_body: Option<OnBody>,
     received: Arc<Received>,
 }
 
 impl Receiver {
-    /// Listens on a free loopback port; `keep` keeps every body for [`Receiver::bodies`].
-    pub fn start(keep: bool) -> Receiver {
+    /// Listens on a free loopback port, counting what it receives.
+    pub fn start() -> Receiver {
+        Receiver::listen(None)
+    }
+
+    /// Listens on a free loopback port and calls `on_body` with each request's body, on the
+    /// connection's thread, before answering it.
+    pub fn start_with(on_body: impl Fn(&[u8]) + Send + Sync + 'static) -> Receiver {
+        Receiver::listen(Some(Arc::new(on_body)))
+    }
+
+    fn listen(on_body: Option<OnBody>) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let receiver = Receiver {
             addr: listener.local_addr().expect("its address"),
-            keep,
+            on_body,
             received: Arc::default(),
         };
         let serving = receiver.clone();
@@ -47,11 +59,6 @@ impl Receiver {
     /// `http://127.0.0.1:PORT`, the endpoint to export to.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
-    }
-
-    /// The bodies received so far, when kept.
-    pub fn bodies(&self) -> Vec<Vec<u8>> {
-        self.received.bodies.lock().expect("bodies").clone()
     }
 
     /// Export requests and body bytes received so far.
@@ -101,8 +108,8 @@ impl Receiver {
             self.received
                 .bytes
                 .fetch_add(body.len() as u64, Ordering::Relaxed);
-            if self.keep {
-                self.received.bodies.lock().expect("bodies").push(body);
+            if let Some(on_body) = &self.on_body {
+                on_body(&body);
             }
             // An empty `ExportTraceServiceResponse` is zero bytes of protobuf: full success.
             let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
