@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http::{HeaderMap, Method, Uri};
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
+use opentelemetry::propagation::{Injector, TextMapPropagator as _};
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tower::{Layer, Service};
@@ -118,10 +118,10 @@ fn client_span(method: &Method, uri: &Uri) -> tracing::Span {
 /// the request's `traceparent` header; `None` for a request that carries no valid trace context
 /// (kubectl, the Python client): each of those would otherwise be a trace of one span.
 pub fn server_span(headers: &HeaderMap, method: &Method, uri: &Uri) -> Option<tracing::Span> {
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
-    if !parent.span().span_context().is_valid() {
-        return None;
-    }
+    // Read as strictly as a job's annotation: a client's header is anybody's input.
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    let parent = opentelemetry::Context::new()
+        .with_remote_span_context(tfjob_controller::trace_context::parse_traceparent(value)?);
     let kind = RequestKind::of(method, uri);
     let span = tracing::span!(
         target: tfjob_planner::SPAN_TARGET,
@@ -168,19 +168,6 @@ impl tfjob_cluster::http::server::RequestTracing for ServerTracing {
 
     fn answered(&self, span: &tracing::Span, status: http::StatusCode) {
         record_status(span, Some(status));
-    }
-}
-
-/// `headers` as the propagator reads them.
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(http::HeaderName::as_str).collect()
     }
 }
 
@@ -339,14 +326,31 @@ mod tests {
         let uri: Uri = "/api/v1/pods".parse().unwrap();
         let mut headers = HeaderMap::new();
         assert!(server_span(&headers, &method, &uri).is_none());
+        let huge = format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01{}",
+            "-0".repeat(32 << 10)
+        );
         for bad in [
-            "garbage",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "garbage".to_owned(),
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01".to_owned(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01".to_owned(),
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01".to_owned(),
+            "00-4bf92f3577b34da6-00f067aa0ba902b7-01".to_owned(),
+            huge,
         ] {
             headers.insert("traceparent", bad.parse().unwrap());
-            assert!(server_span(&headers, &method, &uri).is_none(), "{bad}");
+            assert!(server_span(&headers, &method, &uri).is_none(), "{bad:.80}");
         }
+        // A value that is not text (bytes of a multi-byte character, as a header may carry).
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_bytes(
+                "00-４bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".as_bytes(),
+            )
+            .unwrap(),
+        );
+        assert!(server_span(&headers, &method, &uri).is_none());
         headers.insert(
             "traceparent",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
