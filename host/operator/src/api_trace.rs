@@ -96,10 +96,14 @@ impl fmt::Display for RequestKind {
     }
 }
 
-/// The span of a request the operator sends (disabled unless traces are on).
-fn client_span(method: &Method, uri: &Uri) -> tracing::Span {
+/// The span of a request the operator sends, or `None` when traces are off: the request's
+/// kind is then not even read from its path, as every request of the operator passes here.
+fn client_span(method: &Method, uri: &Uri) -> Option<tracing::Span> {
+    if !tracing::enabled!(target: tfjob_planner::SPAN_TARGET, tracing::Level::DEBUG) {
+        return None;
+    }
     let kind = RequestKind::of(method, uri);
-    tracing::span!(
+    let span = tracing::span!(
         target: tfjob_planner::SPAN_TARGET,
         tracing::Level::DEBUG,
         "api request",
@@ -111,7 +115,8 @@ fn client_span(method: &Method, uri: &Uri) -> tracing::Span {
         http.url = %uri,
         http.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
-    )
+    );
+    (!span.is_disabled()).then_some(span)
 }
 
 /// The span of a request the embedded API server serves, a child of the client's span named by
@@ -217,10 +222,9 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let span = client_span(request.method(), request.uri());
-        if span.is_disabled() {
+        let Some(span) = client_span(request.method(), request.uri()) else {
             return Box::pin(self.inner.call(request));
-        }
+        };
         TraceContextPropagator::new()
             .inject_context(&span.context(), &mut HeadersMut(request.headers_mut()));
         let response = span.in_scope(|| self.inner.call(request));
