@@ -3,7 +3,11 @@
 //! configuration and runs its defaults in the same sandbox as any other policy.
 //!
 //! The guests are built by a nested cargo into a separate target directory (no lock contention
-//! with the outer build) with the `guest` profile (see the workspace `Cargo.toml`).
+//! with the outer build) with the `guest` profile (see the workspace `Cargo.toml`). That
+//! directory is one fixed place under the outer target directory, not this script's `OUT_DIR`:
+//! `cargo clippy` and `cargo test` give the script different output directories (clippy's driver
+//! is part of the hash), and with one guest directory the second build finds the guests built
+//! and nested cargo does nothing.
 //!
 //! The bytes must not depend on the machine that built them: `deploy/policies/` holds the
 //! defaults packed with their sha256 pinned, and a test compares them with the embedded ones.
@@ -33,7 +37,7 @@ fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let root = manifest_dir.join("../..");
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("set by cargo"));
-    let target_dir = out_dir.join("guest-target");
+    let target_dir = guest_target_dir(&out_dir);
     println!(
         "cargo:rerun-if-changed={}",
         root.join("guest-policies").display()
@@ -71,6 +75,18 @@ fn main() {
                 .unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
         }
     }
+}
+
+/// Where the guests are built: `guest-policies/` in the outer build's target directory (the
+/// nearest ancestor of `OUT_DIR` that cargo marked with `CACHEDIR.TAG`), shared by every
+/// profile and tool that runs this script; `OUT_DIR` itself if no such ancestor is found.
+/// Nested cargo locks the directory, so two builds at once wait for each other.
+fn guest_target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .map(|target| target.join("guest-policies"))
+        .unwrap_or_else(|| out_dir.join("guest-target"))
 }
 
 /// Builds the guest crates of `group` with one nested cargo run.

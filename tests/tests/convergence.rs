@@ -11,7 +11,7 @@
 //! since the jobs were submitted. Waits poll with a generous timeout; nothing asserts on how
 //! long something took.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

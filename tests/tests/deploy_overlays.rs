@@ -6,7 +6,7 @@
 //! role), and `kubectl apply -k` of the
 //! standalone overlay succeeds on the embedded cluster.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -3,7 +3,7 @@
 //! does not fit waits whole and says why; lowering `minAvailable` or adding a node lets it run
 //! to `Succeeded`; two jobs that do not fit together never both hold part of the cluster.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

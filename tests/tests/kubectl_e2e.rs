@@ -4,7 +4,7 @@
 //! watches them and deletes them. Waits use kubectl's own timeouts or poll; nothing asserts on
 //! timing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

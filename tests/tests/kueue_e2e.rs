@@ -12,7 +12,7 @@
 //! a running job's queue label change is refused (the integration) or moves the job to a new
 //! Workload (the operator's); a policy that moves pods off their flavor is refused, saying why.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! `tests/run` sets it up in a throw-away virtual environment. Without it the tests say so and
 //! pass; CI always sets it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@
 //! missing one. Rules added to the file later are picked up by both. The same holds for
 //! `deploy/overlays/kueue-workloads/rbac.yaml` with an operator that owns Kueue Workloads.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! assertions never depend on how long something took; where a scenario checks that something
 //! does *not* happen, it first waits for a later event that proves the operator has looked.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

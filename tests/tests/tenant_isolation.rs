@@ -9,7 +9,7 @@
 //! 42 s these attacks took before namespaces were served fairly), because tests share the
 //! machine with each other. The tests run one at a time.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};

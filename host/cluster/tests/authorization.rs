@@ -7,7 +7,7 @@
 //! blocks deletion needs `update` on the owner's `finalizers`; and every denial is counted.
 //! Every kubeconfig is one `up` writes. CI installs kubectl; the test needs it on PATH.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! the policy is read from a `DeleteOptions` body or from the query. Waits poll with generous
 //! timeouts.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

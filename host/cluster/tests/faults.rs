@@ -5,7 +5,7 @@
 //! requests are counted by verb and client. Waits poll with generous timeouts; timing is only
 //! ever checked from below.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

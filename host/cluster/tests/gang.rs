@@ -6,7 +6,7 @@
 //! pods of a scheduler nobody runs stay untouched; the coscheduling permit times out.
 //! As in `kubelet.rs`, what happened on the way is read from the store's watch history.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! ConfigMap data byte for byte) and answers in protobuf. Every request goes over HTTPS, with
 //! the kubeconfig `up` writes. CI installs kubectl; the test needs it on PATH.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -9,7 +9,7 @@
 //! Workloads are what is checked. kubectl connects over HTTPS with the kubeconfig `up` writes.
 //! CI installs kubectl; the test needs it on PATH.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! and a job whose pods the simulated kubelet runs through a scripted retry.
 //! Every wait polls with a generous timeout; nothing asserts on timing.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

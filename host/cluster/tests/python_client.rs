@@ -6,7 +6,7 @@
 //! it: it never passes without having run. The client connects over HTTPS with the kubeconfig
 //! `up` writes, verifying the server's CA.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

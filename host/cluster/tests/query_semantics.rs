@@ -4,7 +4,7 @@
 //! `400`/`422` Status a bad value gets, with the parameter named, and paged lists that read one
 //! snapshot, so a reflector listing in pages while objects change misses nothing.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

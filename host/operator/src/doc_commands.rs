@@ -161,3 +161,147 @@ fn the_reader_finds_commands_behind_cargo_pipes_and_continuations() {
     assert!(parses(&found[0]).is_ok());
     assert!(parses(&["render".to_owned(), "--no-such-flag".to_owned()]).is_err());
 }
+
+/// The `cargo test` commands a page shows, in code spans or shell lines, with their line
+/// numbers: the text from `cargo test` to the end of the span or line.
+fn test_commands(markdown: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (i, line) in markdown.lines().enumerate() {
+        let mut rest = line;
+        while let Some(start) = rest.find("cargo test") {
+            let command = &rest[start..];
+            let end = command.find(['`', '#']).unwrap_or(command.len());
+            found.push((i + 1, command[..end].trim().to_owned()));
+            rest = &command[end..];
+        }
+    }
+    found
+}
+
+/// The manifest (`Cargo.toml`) in `dir`.
+fn manifest(dir: &Path) -> toml_edit::DocumentMut {
+    std::fs::read_to_string(dir.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The workspace's packages: name to directory.
+fn packages() -> std::collections::BTreeMap<String, PathBuf> {
+    manifest(&repo())["workspace"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|member| {
+            let dir = repo().join(member.as_str().unwrap());
+            let name = manifest(&dir)["package"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            (name, dir)
+        })
+        .collect()
+}
+
+/// Why `command` (a documented `cargo test ...`) would not run what it names, if it would not:
+/// its package must be the workspace's, its `--test` target one the package has, and a
+/// `module::` filter of an integration test must name a module of that binary.
+fn test_command_problem(
+    command: &str,
+    packages: &std::collections::BTreeMap<String, PathBuf>,
+) -> Option<String> {
+    let words = shlex::split(command)?;
+    let mut package = None;
+    let mut target = None;
+    let mut filter = None;
+    let mut words = words.iter().skip(2);
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "-p" | "--package" => package = words.next(),
+            "--test" => target = words.next(),
+            "--" => break,
+            flag if flag.starts_with('-') => {}
+            free => filter = filter.or(Some(free)),
+        }
+    }
+    let (Some(package), Some(target)) = (package, target) else {
+        return None;
+    };
+    let Some(dir) = packages.get(package.as_str()) else {
+        return Some(format!("no package {package} in the workspace"));
+    };
+    let manifest = manifest(dir);
+    let declared = manifest
+        .get("test")
+        .and_then(|tests| tests.as_array_of_tables())
+        .into_iter()
+        .flatten()
+        .find(|test| test.get("name").and_then(|n| n.as_str()) == Some(target.as_str()));
+    let automatic = manifest["package"]
+        .get("autotests")
+        .and_then(|auto| auto.as_bool())
+        != Some(false)
+        && dir.join("tests").join(format!("{target}.rs")).is_file();
+    let Some(main) = declared
+        .and_then(|test| test.get("path"))
+        .and_then(|path| path.as_str())
+        .map(|path| dir.join(path))
+        .or_else(|| automatic.then(|| dir.join("tests").join(format!("{target}.rs"))))
+    else {
+        return Some(format!("{package} has no test target {target}"));
+    };
+    let module = filter.and_then(|f| f.split_once("::")).map(|(m, _)| m)?;
+    let folder = main.parent().unwrap();
+    let exists = folder.join(format!("{module}.rs")).is_file()
+        || folder.join(module).join("mod.rs").is_file();
+    (!exists).then(|| format!("{package}'s {target} has no module {module}"))
+}
+
+#[test]
+fn every_documented_test_command_names_a_test_target_and_module_that_exist() {
+    let packages = packages();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let name = page.strip_prefix(repo()).unwrap().display().to_string();
+        for (number, command) in test_commands(&text) {
+            checked += 1;
+            if let Some(problem) = test_command_problem(&command, &packages) {
+                failures.push(format!("{name}:{number}: {command}\n{problem}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(checked >= 10, "only {checked} test commands found");
+}
+
+#[test]
+fn a_test_command_naming_a_missing_target_or_module_is_caught() {
+    let packages = packages();
+    let problem = |command: &str| test_command_problem(command, &packages);
+    assert_eq!(
+        problem("cargo test -p tfjob-operator --test integration traces::"),
+        None
+    );
+    assert_eq!(
+        problem("cargo test -p tfjob-operator --lib telemetry"),
+        None
+    );
+    assert_eq!(
+        problem("cargo test -p tfjob-controller --test mock_api"),
+        None
+    );
+    assert_eq!(
+        problem("cargo test -p tfjob-operator --test traces").as_deref(),
+        Some("tfjob-operator has no test target traces")
+    );
+    assert_eq!(
+        problem("cargo test -p tfjob-operator --test integration tracing::").as_deref(),
+        Some("tfjob-operator's integration has no module tracing")
+    );
+    assert_eq!(
+        problem("cargo test -p tfjob-nothing --test integration").as_deref(),
+        Some("no package tfjob-nothing in the workspace")
+    );
+}

@@ -4,7 +4,7 @@
 //! with the expression and a caret (`policy_pack.rs`); `policy new --lang cel` writes a policy
 //! that passes the suite it comes with, packed or not.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

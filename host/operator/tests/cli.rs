@@ -6,7 +6,7 @@
 //! flag or the environment, standard input, several documents, invalid input), `crd`,
 //! `--version` and `--help`. Nothing here needs a cluster.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

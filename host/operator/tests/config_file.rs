@@ -5,7 +5,7 @@
 //! kubeconfig it reads); bad files exit 2 naming the file and the key; the printed defaults load
 //! back and change nothing.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! Workload's status as Kueue does (admission, eviction), so what the operator does with each
 //! is seen apart from any admission logic.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

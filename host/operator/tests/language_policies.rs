@@ -6,7 +6,7 @@
 //! `policy new --lang python|js`, whose projects build with their one command and pass the
 //! suite they were generated with.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! leader stopped with SIGTERM releases the lease and the standby leads within two seconds; a
 //! leader whose lease is taken from it stops writing.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! stderr, nothing on stdout), a hostile policy stopped by the sandbox and the guard, and
 //! `inspect` of a policy module.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

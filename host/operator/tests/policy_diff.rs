@@ -2,7 +2,7 @@
 //! candidate that adds a label and classifies differently (a module, and a CEL ConfigMap). The diff must list exactly those
 //! changes, per job and pod, and leave every object of the cluster as it was.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! directories it refuses, and (the slow test) a generated crate built for `wasm32-wasip2` with
 //! no edits and run through its own suite in the sandbox.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -321,9 +321,19 @@ fn every_choice_of_hooks_exports_exactly_those_hooks() {
     }
 }
 
+/// How a generated crate is built.
+#[derive(Clone, Copy, PartialEq)]
+enum Build {
+    /// With the profile the crate was generated with (fat LTO: a small component).
+    AsGenerated,
+    /// Without LTO, which takes most of a build's time: for crates after the first, whose
+    /// profile the first already proved, and whose suites test the code, not its size.
+    WithoutLto,
+}
+
 /// Runs cargo in `dir` with the environment of a plain shell: the variables the outer cargo
 /// set for this test (its target directory, flags, jobserver) would steer the nested build.
-fn cargo(dir: &Path, target_dir: &Path, args: &[&str]) -> Output {
+fn cargo(dir: &Path, target_dir: &Path, args: &[&str], build: Build) -> Output {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(dir)
         .args(args)
@@ -343,11 +353,14 @@ fn cargo(dir: &Path, target_dir: &Path, args: &[&str]) -> Output {
     }
     // The dependencies are in the registry cache already (the SDK's are this workspace's).
     cmd.env("CARGO_NET_OFFLINE", "true");
+    if build == Build::WithoutLto {
+        cmd.env("CARGO_PROFILE_RELEASE_LTO", "false");
+    }
     common::run(cmd, None, Duration::from_secs(40 * 60))
 }
 
-fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str]) {
-    let out = cargo(dir, target_dir, args);
+fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str], build: Build) {
+    let out = cargo(dir, target_dir, args, build);
     assert!(
         out.status.success(),
         "cargo {args:?} in {}\nstdout:\n{}\nstderr:\n{}",
@@ -360,8 +373,9 @@ fn cargo_ok(dir: &Path, target_dir: &Path, args: &[&str]) {
 /// Slow (minutes on a cold cache: it compiles the SDK and k8s-openapi for `wasm32-wasip2`): a
 /// generated crate for each choice of hooks builds as generated and passes its own suite in the
 /// sandbox; the crate with every hook (and `--reads`) also passes its native unit tests, and is made outside
-/// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it. The
-/// build cache is kept between runs (`common::policy_target_dir`), so later runs are fast.
+/// the checkout with no `--sdk-path`, so it builds on the SDK the binary wrote beside it, with
+/// the profile it was generated with; the others build without LTO. The build cache is kept
+/// between runs (`common::policy_target_dir`), so later runs are fast.
 #[test]
 fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
     let dir = tempfile::tempdir().unwrap();
@@ -391,13 +405,19 @@ fn slow_generated_crates_build_for_wasm_and_pass_their_own_suites() {
         let root = dir.path().join(&name);
         // The versions this workspace was tested with, so the offline build finds them.
         std::fs::copy(common::repo("Cargo.lock"), root.join("Cargo.lock")).unwrap();
+        let build = if i == 0 {
+            Build::AsGenerated
+        } else {
+            Build::WithoutLto
+        };
         cargo_ok(
             &root,
             &target_dir,
             &["build", "--release", "--target", "wasm32-wasip2"],
+            build,
         );
         if i == 0 {
-            cargo_ok(&root, &target_dir, &["test"]);
+            cargo_ok(&root, &target_dir, &["test"], build);
         }
         let wasm = target_dir.join(format!(
             "wasm32-wasip2/release/{}.wasm",

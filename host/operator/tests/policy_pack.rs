@@ -6,7 +6,7 @@
 //! are regenerated with the commands of their README and compared byte for byte. `list` runs
 //! against the embedded API server, with ConfigMaps created through kube-rs.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -748,7 +748,7 @@ fn checked_in_policy_configmaps_are_current() {
     assert!(
         stale.is_empty(),
         "{stale:?} differ from what `policy pack` makes of the embedded defaults; regenerate \
-         them with `UPDATE_POLICIES=1 cargo test -p tfjob-operator --test policy_pack` (the \
+         them with `UPDATE_POLICIES=1 cargo test -p tfjob-operator --test integration policy_pack::` (the \
          commands are in deploy/policies/README.md)"
     );
 }

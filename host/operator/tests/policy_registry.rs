@@ -2,7 +2,7 @@
 //! loopback), read back with another client (`skopeo`), and an artefact another tool published
 //! pulled by ours.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! JUnit reports are parsed and checked; a suite that cannot run exits 2 naming the file and
 //! the field.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

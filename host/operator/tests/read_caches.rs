@@ -4,7 +4,7 @@
 //! `PolicyReadCacheOverCap` event regarding its own pod (named by `$POD_NAME` and
 //! `$POD_NAMESPACE`, as `deploy/` sets them), which `kubectl describe pod` shows.
 
-mod common;
+use crate::common;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};

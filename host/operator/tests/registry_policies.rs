@@ -6,7 +6,7 @@
 //! status saying why; and policies written in Python and JavaScript (components of 12-18 MB,
 //! built with componentize-py and componentize-js) ship the same way and decorate pods.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

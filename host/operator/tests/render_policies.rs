@@ -2,7 +2,7 @@
 //! policies have decorated them and set their resources, `--no-policies` for the bare pods, and
 //! `--policy-config` overriding the defaults' settings.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

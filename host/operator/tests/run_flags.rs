@@ -5,7 +5,7 @@
 //! PodGroup CRD is not installed stops the operator at start, as `--kueue-workloads` without
 //! Kueue's Workload CRD does.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! process, with values that agree with what happened; the existing families are still there.
 //! And every metric the Grafana dashboard in `deploy/monitoring/` queries is one it serves.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -1,7 +1,8 @@
 //! `tfjob-operator up --state` keeps every acknowledged write, checked the hard way: the server
 //! process is killed with SIGKILL at random moments of a write storm through the HTTP API
 //! (ConfigMaps created, updated and deleted, TFJob status written) and started again on the same
-//! database, many times over (`TFJOB_CRASH_ITERATIONS`, default 50). After each restart:
+//! database, many times over (`TFJOB_CRASH_ITERATIONS`, else 50, or 12 in the everyday run:
+//! `tfjob_test_support::rounds`). After each restart:
 //! - every acknowledged write is there: an object holds the value of its last acknowledged
 //!   write, or of the one write to it that was in flight when the process died;
 //! - nothing appears half written: each write sets two fields to the same value, and they must
@@ -12,7 +13,7 @@
 //! And the scenario of the issue, as a user ran it with kubectl: ten ConfigMaps created, the
 //! server killed, all ten back after the restart.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -238,7 +239,7 @@ fn acknowledged_writes_survive_sigkill_at_random_moments_of_a_write_storm() {
     let iterations: usize = std::env::var("TFJOB_CRASH_ITERATIONS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or_else(|| tfjob_test_support::rounds(50, 12));
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.db");
     let runtime = tokio::runtime::Builder::new_multi_thread()

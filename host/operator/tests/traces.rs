@@ -3,7 +3,7 @@
 //! independent receiver in Python (`tests/python/otlp_receiver.py`); and a collector that is
 //! down or never answers. No collector is involved.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

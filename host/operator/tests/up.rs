@@ -4,7 +4,7 @@
 //! that read the cluster (`docs/policies.md`) works as written, through kubectl; and a CEL
 //! policy is applied, edited and broken with kubectl alone.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

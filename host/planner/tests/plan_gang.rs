@@ -2,7 +2,7 @@
 //! pods join it, Volcano's creation delay, edits of the job, and the group's deletion when the
 //! job finishes or is suspended.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

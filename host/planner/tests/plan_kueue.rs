@@ -2,7 +2,7 @@
 //! flavor, stopped on eviction with the reason on the job, started again on re-admission with
 //! `startTime` reset, and the Workload marked finished when the job ends.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Scenario tests of the planner: what a job produces, job status, success and failure rules,
 //! scaling, completed indexes, dynamic workers, validation, managedBy and warning events.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! Scenario tests of the planner: restart policies, exit codes, restart accounting under a stale
 //! cache, and the backoff limit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

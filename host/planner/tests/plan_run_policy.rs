@@ -1,7 +1,7 @@
 //! Scenario tests of the planner: the run policy (cleanPodPolicy, ttlSecondsAfterFinished,
 //! activeDeadlineSeconds, suspend and resume).
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -2,7 +2,7 @@
 //! that answers the same verdict for every pod. Also policy errors: a failing policy stops the
 //! reconcile, an ignored one is reported.
 
-mod common;
+use crate::common;
 
 use common::*;
 use jiff::Timestamp;

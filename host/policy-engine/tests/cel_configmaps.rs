@@ -4,7 +4,7 @@
 //! with a caret; a document that mixes in a module or is unsigned under trusted keys is refused
 //! before it runs; and no CEL mutation can touch what the operator owns.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};

@@ -3,7 +3,7 @@
 //! pod field; and the engine keeps serving other policies afterwards. A policy that keeps
 //! failing trips its circuit breaker and is no longer called.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! answers slowly, endlessly, hugely, with the wrong bytes, with redirects elsewhere, or not at
 //! all. Every pull must end, within its bounds, with an error naming what happened.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

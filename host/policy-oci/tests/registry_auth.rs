@@ -3,7 +3,7 @@
 //! challenge names (with those credentials), then the same token for the next requests; wrong
 //! credentials end in a clear refusal.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -31,6 +31,23 @@ pub fn kept_between_runs(sub: &str) -> Option<PathBuf> {
     Some(root.join(sub))
 }
 
+/// A directory for compiled policies kept between runs (mode 0700, as `--policy-cache-dir`
+/// wants it), where [`kept_between_runs`] allows one. Every test process that loads policies
+/// (the default ones above all: about five seconds of compiling each in a debug build) finds
+/// them compiled there; the cache's files are written whole and renamed into place, so
+/// processes running at once share it safely. Files written more than two weeks ago go (a file
+/// still in use is compiled again once).
+pub fn compiled_policies_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = kept_between_runs("compiled-policies")?;
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .unwrap_or_else(|e| panic!("cannot make {} private: {e}", dir.display()));
+    forget_unused(&dir.join("compiled"));
+    Some(dir)
+}
+
 /// A cargo target directory named `name` for builds of policy crates: kept between runs where
 /// it can be, else `name` in `fallback` (a test's `CARGO_TARGET_TMPDIR`).
 pub fn policy_target_dir(name: &str, fallback: &Path) -> PathBuf {

@@ -2,8 +2,8 @@
 //! componentize-py, JavaScript with componentize-js (at the versions the SDKs pin,
 //! `guest-policies/sdk-python/requirements.txt` and `guest-policies/sdk-js/package-lock.json`),
 //! Rust with cargo for `wasm32-wasip2`; running a child process with a time limit; a real OCI
-//! registry on loopback ([`registry::Registry`]); and an OTLP/HTTP trace receiver
-//! ([`otlp::Receiver`]).
+//! registry on loopback ([`registry::Registry`]); an OTLP/HTTP trace receiver
+//! ([`otlp::Receiver`]); and the round counts of looping tests ([`rounds()`]).
 //!
 //! `tests/run` installs both componentize tools outside the clone and names them in
 //! `TFJOB_COMPONENTIZE_PY` and `TFJOB_COMPONENTIZE_JS`. Elsewhere they are looked up on `PATH`
@@ -15,13 +15,15 @@ mod kept;
 pub mod otlp;
 mod process;
 pub mod registry;
+pub mod rounds;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-pub use kept::{forget_unused, kept_between_runs, policy_target_dir};
+pub use kept::{compiled_policies_dir, forget_unused, kept_between_runs, policy_target_dir};
 pub use process::run;
+pub use rounds::rounds;
 
 use kept::BuildInputs;
 

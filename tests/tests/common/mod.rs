@@ -51,8 +51,17 @@ pub fn policies_with_config(config: &str) -> Arc<Policies> {
     Arc::new(load_policies(&args))
 }
 
+/// Loads `args`' policies, compiled once for every test process where no cache is named
+/// (`tfjob_test_support::compiled_policies_dir`).
 fn load_policies(args: &PolicyArgs) -> Policies {
-    Policies::load(args, SandboxLimits::default()).expect("the default policies load")
+    let args = PolicyArgs {
+        policy_cache_dir: args
+            .policy_cache_dir
+            .clone()
+            .or_else(tfjob_test_support::compiled_policies_dir),
+        ..args.clone()
+    };
+    Policies::load(&args, SandboxLimits::default()).expect("the default policies load")
 }
 
 /// A kubelet with room for every pod of a test at once (each container requests 1 cpu, 1Gi).

@@ -32,7 +32,12 @@ impl Cluster {
             .enable_all()
             .build()
             .unwrap();
-        let policies = Policies::load(&PolicyArgs::default(), SandboxLimits::default()).unwrap();
+        // Compiled once for every test process (tfjob_test_support::compiled_policies_dir).
+        let args = PolicyArgs {
+            policy_cache_dir: super::compiled_policies_dir(),
+            ..PolicyArgs::default()
+        };
+        let policies = Policies::load(&args, SandboxLimits::default()).unwrap();
         let mut options = ClusterOptions::new(Arc::new(policies));
         configure(&mut options);
         options.run_operator = false;

@@ -33,16 +33,7 @@ pub fn policy_target_dir(name: &str) -> PathBuf {
     tfjob_test_support::policy_target_dir(name, Path::new(env!("CARGO_TARGET_TMPDIR")))
 }
 
-/// A directory for compiled policies kept between runs (mode 0700, as `--policy-cache-dir`
-/// wants it), where [`tfjob_test_support::kept_between_runs`] allows one. Files written more
-/// than two weeks ago go (a file still in use is compiled again once).
-pub fn compiled_policies_dir() -> Option<PathBuf> {
-    let dir = tfjob_test_support::kept_between_runs("compiled-policies")?;
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    tfjob_test_support::forget_unused(&dir.join("compiled"));
-    Some(dir)
-}
+pub use tfjob_test_support::compiled_policies_dir;
 
 /// `policy test`, keeping compiled code between runs where it can, as an author iterating on a
 /// policy would: a Python or JavaScript component takes seconds to compile.

@@ -20,11 +20,12 @@ pub struct Up {
 
 impl Up {
     /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig --no-cel-warmup ARGS` and waits
-    /// until it listens: tests that load no CEL policy spare the evaluator's compilation.
+    /// until it listens: tests that load no CEL policy spare the evaluator's compilation. Unless
+    /// `ARGS` name one, the policy cache is the one every test process shares
+    /// (`compiled_policies_dir`), so a start maps the default policies instead of compiling
+    /// them.
     pub fn start(args: &[&str], dir: &Path) -> Up {
-        let mut cold = vec!["--no-cel-warmup"];
-        cold.extend_from_slice(args);
-        Up::start_as_users_do(&cold, dir)
+        Up::start_with_env(args, &[], dir)
     }
 
     /// Starts `up --port 0 --kubeconfig-out DIR/kubeconfig ARGS`, with nothing but `ARGS`
@@ -35,7 +36,13 @@ impl Up {
 
     /// [`Up::start`] with the environment variables `env` set as well.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Up {
-        let mut cold = vec!["--no-cel-warmup"];
+        let shared = super::compiled_policies_dir();
+        let mut cold: Vec<&str> = vec!["--no-cel-warmup"];
+        if let Some(shared) = shared.as_deref().and_then(Path::to_str)
+            && !args.contains(&"--policy-cache-dir")
+        {
+            cold.extend(["--policy-cache-dir", shared]);
+        }
         cold.extend_from_slice(args);
         Up::start_as_users_do_with_env(&cold, env, dir)
     }
