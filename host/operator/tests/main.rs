@@ -19,6 +19,7 @@ mod policy_pack;
 mod policy_registry;
 mod policy_suites;
 mod read_caches;
+mod real_cluster;
 mod registry_policies;
 mod render_policies;
 mod run_flags;
