@@ -40,6 +40,12 @@ pub enum Error {
         seconds: u64,
         logs: String,
     },
+    #[error("{} line {line}: not an audit event: {reason}", path.display())]
+    Audit {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
     #[error("kubectl {args}: {reason}")]
     Kubectl { args: String, reason: String },
 }

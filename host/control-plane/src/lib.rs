@@ -1,7 +1,7 @@
 //! A real Kubernetes control plane for the tests, started from the binaries
 //! `tests/control-plane/build` makes, as envtest starts one for controller-runtime projects:
 //! etcd and kube-apiserver on loopback with TLS, the RBAC and Node authorizers, the default
-//! admission plugins and service-account tokens; the controller-manager (garbage collector,
+//! admission plugins (and `OwnerReferencesPermissionEnforcement`) and service-account tokens; the controller-manager (garbage collector,
 //! namespace, service-account and root-CA controllers) and the scheduler; and kwok, which plays
 //! the kubelets of N nodes of the capacity asked for, running each pod as long as its
 //! `sim.tfjob.dev/duration` annotation says and ending it with the exit code the embedded
@@ -16,6 +16,7 @@
 //! control plane on one thread. Nothing here is known to the operator, which only ever sees a
 //! kubeconfig.
 
+pub mod audit;
 mod binaries;
 mod component;
 mod error;
@@ -23,6 +24,7 @@ mod kubeconfig;
 pub mod kwok;
 mod pki;
 mod ports;
+mod proxy;
 mod versions;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ pub use binaries::{BIN_VARIABLE, Binaries};
 pub use component::Component;
 pub use error::Error;
 pub use kwok::NodeSpec;
+pub use proxy::CuttingProxy;
 pub use versions::Versions;
 
 use pki::Pki;
@@ -57,13 +60,17 @@ pub struct Options {
     /// etcd's client port and the API server's port; `None` picks free ones.
     pub etcd_port: Option<u16>,
     pub apiserver_port: Option<u16>,
-    /// The API server's `--max-requests-inflight` (`None`: its default).
+    /// The API server's `--max-requests-inflight` (`None`: its default), as a plain limit with
+    /// priority and fairness off, so that requests past it are answered 429 at once.
     pub max_requests_inflight: Option<u32>,
     /// The API server's `--min-request-timeout` in seconds, which bounds watches (`None`: its
     /// default, 1800).
     pub min_request_timeout: Option<u32>,
     /// Where the programs are; `None` finds them with [`Binaries::located`].
     pub binaries: Option<Binaries>,
+    /// The users whose requests the API server writes to its audit log
+    /// ([`ControlPlane::audited`]); none by default.
+    pub audit_users: Vec<String>,
 }
 
 impl Default for Options {
@@ -76,6 +83,7 @@ impl Default for Options {
             max_requests_inflight: None,
             min_request_timeout: None,
             binaries: None,
+            audit_users: Vec::new(),
         }
     }
 }
@@ -156,6 +164,7 @@ impl ControlPlane {
             &kubeconfig::render(&server, &pki.ca_cert, "kwok", &pki.kwok),
         )?;
         let kwok_config = write("kwok.yaml", &kwok::configuration())?;
+        let audit_policy = write("audit-policy.json", &audit::policy(&options.audit_users))?;
 
         let mut plane = ControlPlane {
             components: Vec::new(),
@@ -206,6 +215,9 @@ impl ControlPlane {
             format!("--tls-private-key-file={}", path(&pki.serving_key)),
             format!("--client-ca-file={}", path(&pki.ca_cert)),
             "--authorization-mode=Node,RBAC".into(),
+            // Beside the default plugins, the one stricter clusters (OpenShift among them) run:
+            // setting `blockOwnerDeletion` needs `update` on the owner's `finalizers`.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!(
                 "--service-account-key-file={}",
@@ -218,8 +230,16 @@ impl ControlPlane {
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
+            format!("--audit-policy-file={}", path(&audit_policy)),
+            format!("--audit-log-path={}", path(&plane.audit_log())),
+            // Written as each request is answered, so that a test reads what has happened.
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-format=json".into(),
         ];
         if let Some(n) = options.max_requests_inflight {
+            // A plain limit, as before priority and fairness: a request past it is answered 429
+            // at once instead of queued. The administrator (`system:masters`) is exempt.
+            apiserver.push("--enable-priority-and-fairness=false".into());
             apiserver.push(format!("--max-requests-inflight={n}"));
             apiserver.push(format!(
                 "--max-mutating-requests-inflight={}",
@@ -399,6 +419,16 @@ impl ControlPlane {
     /// The administrator's kubeconfig (`system:masters`).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// The API server's audit log (empty unless [`Options::audit_users`] names someone).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.path().join("audit.log")
+    }
+
+    /// The requests of [`Options::audit_users`] so far, as the API server answered them.
+    pub fn audited(&self) -> Result<Vec<audit::Request>, Error> {
+        audit::read(&self.audit_log())
     }
 
     /// The API server's URL.

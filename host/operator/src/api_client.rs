@@ -2,14 +2,18 @@
 //! (`tfjob-operator/<version>`), so audit logs, API priority and fairness, and the embedded
 //! cluster's request counts tell its requests from anyone else's; every request passes the
 //! client-side rate limit ([`crate::rate_limit`]), is counted by status code and method
-//! ([`crate::api_metrics`]) and, with traces on, is a span whose context goes with it
+//! ([`crate::api_metrics`]), each attempt of a retried one too (429, 503 and 504 are retried
+//! with kube's policy, as client-go counts a retried request once per attempt) and, with traces on, is a span whose context goes with it
 //! ([`crate::api_trace`]).
 
 use http::HeaderValue;
 use http::header::USER_AGENT as USER_AGENT_HEADER;
+use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 use tfjob_controller::Leadership;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
 use tower::util::MapRequestLayer;
 
 use crate::api_metrics::ApiMetrics;
@@ -19,9 +23,12 @@ use crate::rate_limit::{ApiRate, RateLimitLayer};
 /// The operator's `User-Agent`.
 pub const USER_AGENT: &str = concat!("tfjob-operator/", env!("CARGO_PKG_VERSION"));
 
+/// Requests that may wait for the retrying layer's buffer at once, as kube's own client buffers.
+const RETRY_BUFFER: usize = 1024;
+
 /// A client for `config`, named, held to `rate` (`None`: no limit) and counted in `metrics`.
 pub fn build(
-    config: Config,
+    mut config: Config,
     rate: Option<ApiRate>,
     metrics: &ApiMetrics,
 ) -> Result<Client, kube::Error> {
@@ -38,10 +45,18 @@ pub fn build(
             .insert(USER_AGENT_HEADER, HeaderValue::from_static(USER_AGENT));
         request
     });
+    // kube retries transient answers below every layer added here, where its attempts would go
+    // uncounted: its policy is applied here instead, above the count and the rate limit, so
+    // that each attempt is counted and waits its turn.
+    config.default_retry = false;
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&measure)
         .with_layer(&name)
         .with_layer(&limit)
+        // The retry sends copies of a request again, through a service it clones: kube's own
+        // stack is not `Clone`, a buffer in front of it is (and costs a channel send).
+        .with_layer(&BufferLayer::new(RETRY_BUFFER))
+        .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
         // Outermost: the span covers the wait for the rate limit too.
         .with_layer(&ApiTraceLayer)
         .build())

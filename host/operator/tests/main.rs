@@ -20,6 +20,7 @@ mod policy_registry;
 mod policy_suites;
 mod read_caches;
 mod real_cluster;
+mod real_cluster_rbac;
 mod registry_policies;
 mod render_policies;
 mod run_flags;

@@ -8,152 +8,22 @@
 //!   `Succeeded` and to `Failed` on pods the real scheduler binds and kwok runs, and the
 //!   operator is refused nothing;
 //! - faults of the real thing: kube-apiserver and then etcd killed and started again while jobs
-//!   run, every job ending as it would have.
+//!   run; the server answering 429 past its in-flight limit while a proxy cuts the operator's
+//!   connections (watches included) every two seconds: every job ending as it would have, and
+//!   the operator's metrics counting what failed.
 
 use crate::common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use common::real::{
+    NS, OPERATOR_USER, WAIT, finished, installed, installed_with, job, job_field, kubectl,
+    kubectl_with, operator, operator_through,
+};
+use common::{eventually_within, http_get};
+use tfjob_control_plane::{CuttingProxy, NodeSpec, Options};
 
-use common::{Killed, eventually_within, repo};
-use tfjob_control_plane::{ControlPlane, NodeSpec, Options};
-
-const NS: &str = "ml";
-const WAIT: Duration = Duration::from_secs(120);
-
-/// kubectl against the control plane as the administrator; its stdout, which must succeed.
-fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
-    plane.kubectl_run(args).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// kubectl with `stdin`, as the administrator: its exit status and stderr.
-fn kubectl_with(plane: &ControlPlane, args: &[&str], stdin: &str) -> (bool, String) {
-    use std::io::Write as _;
-    let mut child = plane
-        .kubectl(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A real control plane with `deploy/`'s CRD and standalone overlay installed.
-fn installed() -> ControlPlane {
-    let plane = ControlPlane::start(Options {
-        nodes: vec![NodeSpec::default(); 3],
-        ..Options::default()
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
-    let crd = repo("deploy/crd/kubeflow.org_tfjobs.yaml");
-    kubectl(
-        &plane,
-        &["apply", "--server-side", "-f", crd.to_str().unwrap()],
-    );
-    // Polled rather than `kubectl wait`, which fails at once while the CRD has no conditions.
-    eventually_within(WAIT, "the TFJob CRD established", || {
-        plane
-            .kubectl_run(&[
-                "get",
-                "crd",
-                "tfjobs.kubeflow.org",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
-            ])
-            .ok()
-            .filter(|status| status == "True")
-            .map(drop)
-    });
-    let overlay = repo("deploy/overlays/standalone");
-    kubectl(
-        &plane,
-        &["apply", "--server-side", "-k", overlay.to_str().unwrap()],
-    );
-    kubectl(&plane, &["create", "namespace", NS]);
-    plane
-}
-
-/// A kubeconfig for `deploy/`'s ServiceAccount, with a token the real server minted for it.
-fn service_account_kubeconfig(plane: &ControlPlane, dir: &Path) -> std::path::PathBuf {
-    let token = kubectl(
-        plane,
-        &[
-            "create",
-            "token",
-            "tfjob-operator",
-            "-n",
-            "tfjob-system",
-            "--duration=1h",
-        ],
-    );
-    let ca = kubectl(
-        plane,
-        &[
-            "config",
-            "view",
-            "--raw",
-            "-o",
-            "jsonpath={.clusters[0].cluster.certificate-authority}",
-        ],
-    );
-    let doc = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "real", "cluster": {"server": plane.server(), "certificate-authority": ca}}],
-        "users": [{"name": "tfjob-operator", "user": {"token": token.trim()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "real", "user": "tfjob-operator"}}],
-        "current-context": "operator",
-    });
-    let path = dir.join("operator.kubeconfig");
-    std::fs::write(&path, doc.to_string()).unwrap();
-    path
-}
-
-fn job(name: &str, worker_annotations: serde_json::Value, restart_policy: &str) -> String {
-    serde_json::json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"tfReplicaSpecs": {"Worker": {
-            "replicas": 2,
-            "restartPolicy": restart_policy,
-            "template": {
-                "metadata": {"annotations": worker_annotations},
-                "spec": {"containers": [{"name": "tensorflow", "image": "tensorflow/tensorflow:2.16.1",
-                                          "resources": {"requests": {"cpu": "1"}}}]},
-            },
-        }}},
-    })
-    .to_string()
-}
-
-/// The job's last condition type, once it is `Succeeded` or `Failed`.
-fn finished(plane: &ControlPlane, name: &str) -> String {
-    eventually_within(WAIT, &format!("TFJob {name} finished"), || {
-        let last = kubectl(
-            plane,
-            &[
-                "get",
-                "tfjob",
-                name,
-                "-n",
-                NS,
-                "-o",
-                "jsonpath={.status.conditions[-1:].type}",
-            ],
-        );
-        matches!(last.as_str(), "Succeeded" | "Failed").then_some(last)
-    })
+/// A job of two workers under `Never` whose pods carry `annotations`.
+fn two_workers(name: &str, annotations: serde_json::Value) -> String {
+    job(name, 2, "Never", annotations, serde_json::json!({}))
 }
 
 #[test]
@@ -166,20 +36,15 @@ fn the_operator_runs_jobs_as_deploys_service_account_on_a_real_control_plane() {
     let (ok, err) = kubectl_with(
         &plane,
         &["apply", "-f", "-"],
-        &job(
-            "fine",
-            serde_json::json!({"sim.tfjob.dev/duration": "2s"}),
-            "Never",
-        ),
+        &two_workers("fine", serde_json::json!({"sim.tfjob.dev/duration": "2s"})),
     );
     assert!(ok, "{err}");
     let (ok, err) = kubectl_with(
         &plane,
         &["apply", "-f", "-"],
-        &job(
+        &two_workers(
             "oom",
             serde_json::json!({"sim.tfjob.dev/duration": "1s", "sim.tfjob.dev/exit-code": "0=137,*=0"}),
-            "Never",
         ),
     );
     assert!(ok, "{err}");
@@ -226,7 +91,7 @@ fn the_operator_runs_jobs_as_deploys_service_account_on_a_real_control_plane() {
 fn deploys_crd_validates_and_prunes_on_the_real_server_as_on_up() {
     let plane = installed();
     // A misspelt container field: strict field validation names it.
-    let misspelt = job("misspelt", serde_json::json!({}), "Never")
+    let misspelt = two_workers("misspelt", serde_json::json!({}))
         .replace("\"image\":", "\"imagee\":\"typo\",\"image\":");
     let (ok, err) = kubectl_with(
         &plane,
@@ -249,41 +114,16 @@ fn deploys_crd_validates_and_prunes_on_the_real_server_as_on_up() {
     );
     assert!(!stored.contains("imagee"), "{stored}");
     // The CRD's CEL rules: a job without a `tensorflow` container is refused at admission.
-    let wrong = job("wrong", serde_json::json!({}), "Never")
+    let wrong = two_workers("wrong", serde_json::json!({}))
         .replace("\"name\":\"tensorflow\"", "\"name\":\"trainer\"");
     let (ok, err) = kubectl_with(&plane, &["apply", "-f", "-"], &wrong);
     assert!(!ok, "a job without a tensorflow container was accepted");
     assert!(err.contains("tensorflow"), "{err}");
 }
 
-/// The operator as `deploy/`'s ServiceAccount against `plane`, with `args` and its log in
-/// `dir/operator.log`; its metrics address.
-fn operator(plane: &ControlPlane, dir: &Path, args: &[&str]) -> (Killed, std::net::SocketAddr) {
-    let kubeconfig = service_account_kubeconfig(plane, dir);
-    let metrics = common::free_addr();
-    let log = std::fs::File::create(dir.join("operator.log")).unwrap();
-    let process = Killed(
-        Command::new(env!("CARGO_BIN_EXE_tfjob-operator"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg(format!("--metrics-bind-address={metrics}"))
-            .arg("--health-probe-bind-address=0")
-            .args(args)
-            .env("POD_NAMESPACE", "tfjob-system")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    (process, metrics)
-}
-
 /// The sum of `family`'s samples whose labels contain `label` on the `/metrics` at `addr`.
 fn metric_sum(addr: std::net::SocketAddr, family: &str, label: &str) -> f64 {
-    let Some((200, body)) = common::http_get(addr, "/metrics") else {
+    let Some((200, body)) = http_get(addr, "/metrics") else {
         return 0.0;
     };
     body.lines()
@@ -301,16 +141,13 @@ fn jobs_end_as_they_would_across_restarts_of_the_api_server_and_etcd() {
     let mut plane = installed();
     let dir = tempfile::tempdir().unwrap();
     let (_operator, metrics) = operator(&plane, dir.path(), &[]);
-    let count = tfjob_test_support::rounds(50, 12);
-    let mut manifests = String::new();
-    for i in 0..count {
-        manifests.push_str(&job(
-            &format!("restart-{i}"),
-            serde_json::json!({"sim.tfjob.dev/duration": "4s"}),
-            "Never",
-        ));
-        manifests.push('\n');
-    }
+    let names: Vec<String> = (0..tfjob_test_support::rounds(50, 12))
+        .map(|i| format!("restart-{i}"))
+        .collect();
+    let manifests: String = names
+        .iter()
+        .map(|name| two_workers(name, serde_json::json!({"sim.tfjob.dev/duration": "4s"})) + "\n")
+        .collect();
     let (ok, err) = kubectl_with(&plane, &["apply", "-f", "-"], &manifests);
     assert!(ok, "{err}");
     // Some pods exist: the operator is mid-way.
@@ -325,28 +162,33 @@ fn jobs_end_as_they_would_across_restarts_of_the_api_server_and_etcd() {
         .restart(tfjob_control_plane::Part::Etcd, WAIT)
         .unwrap_or_else(|e| panic!("{e}"));
     let log = || std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
-    for i in 0..count {
-        let name = format!("restart-{i}");
+    assert_succeeded_once(&plane, &names, log);
+    // The requests the outage failed were counted.
+    let failed = metric_sum(metrics, "rest_client_requests_total", "code=\"<error>\"");
+    assert!(
+        failed > 0.0,
+        "no failed request counted; operator log:\n{}",
+        log()
+    );
+}
+
+/// Each of `names` ended `Succeeded` having run once: exactly its two pods (under `Never`, a pod
+/// made twice would have meant a lost one, and a failed job) and its conditions whole
+/// (`Running` is there unless the pods both started and ended while the operator could not
+/// see them; nothing failed or restarted).
+fn assert_succeeded_once(
+    plane: &tfjob_control_plane::ControlPlane,
+    names: &[String],
+    log: impl Fn() -> String,
+) {
+    for name in names {
         assert_eq!(
-            finished(&plane, &name),
+            finished(plane, name),
             "Succeeded",
             "{name}; operator log:\n{}",
             log()
         );
-        let conditions = kubectl(
-            &plane,
-            &[
-                "get",
-                "tfjob",
-                &name,
-                "-n",
-                NS,
-                "-o",
-                "jsonpath={.status.conditions[*].type}",
-            ],
-        );
-        // `Running` is there unless the pods both started and ended while the operator could
-        // not see them; nothing failed or restarted.
+        let conditions = job_field(plane, name, "{.status.conditions[*].type}");
         assert!(
             matches!(
                 conditions.as_str(),
@@ -355,7 +197,7 @@ fn jobs_end_as_they_would_across_restarts_of_the_api_server_and_etcd() {
             "{name}: {conditions}"
         );
         let pods = kubectl(
-            &plane,
+            plane,
             &[
                 "get",
                 "pods",
@@ -369,11 +211,96 @@ fn jobs_end_as_they_would_across_restarts_of_the_api_server_and_etcd() {
         );
         assert_eq!(pods.lines().count(), 2, "{name}: {pods}");
     }
-    // The requests the outage failed were counted.
+}
+
+/// The API server answering 429 past one request in flight (priority and fairness off, as a
+/// server past its limit answers), and every connection between the operator and the server
+/// cut every two seconds by a proxy, watches mid-stream and requests in flight (kube's watcher
+/// asks for 290-s watches, which `--min-request-timeout` does not shorten): every job ends as
+/// it would have, none run twice; the operator's request metrics count the 429s and the failed
+/// requests, and the audit log shows its watches of pods and jobs opened again and again.
+#[test]
+fn jobs_end_as_they_would_through_429s_and_cut_connections() {
+    let plane = installed_with(Options {
+        nodes: vec![NodeSpec::default(); 3],
+        max_requests_inflight: Some(1),
+        audit_users: vec![OPERATOR_USER.to_owned()],
+        ..Options::default()
+    });
+    let upstream: std::net::SocketAddr = plane
+        .server()
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    let proxy = CuttingProxy::start(upstream).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_operator, metrics) = operator_through(
+        &plane,
+        &format!("https://{}", proxy.addr()),
+        dir.path(),
+        &[],
+    );
+    let names: Vec<String> = (0..tfjob_test_support::rounds(30, 12))
+        .map(|i| format!("throttled-{i}"))
+        .collect();
+    let manifests: String = names
+        .iter()
+        .map(|name| two_workers(name, serde_json::json!({"sim.tfjob.dev/duration": "3s"})) + "\n")
+        .collect();
+    let (ok, err) = kubectl_with(&plane, &["apply", "-f", "-"], &manifests);
+    assert!(ok, "{err}");
+    let log = || std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
+    let cutting = std::sync::atomic::AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while cutting.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                proxy.cut_all();
+            }
+        });
+        // Stops the cutting however the checks end.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&cutting);
+        assert_succeeded_once(&plane, &names, log);
+    });
+    assert!(proxy.cuts() >= 3, "cut {} times", proxy.cuts());
+
+    let requests = plane.audited().unwrap_or_else(|e| panic!("{e}"));
+    let mut codes = std::collections::BTreeMap::<u16, usize>::new();
+    for r in requests.iter().filter(|r| r.user == OPERATOR_USER) {
+        *codes.entry(r.code).or_default() += 1;
+    }
+    let throttled = metric_sum(metrics, "rest_client_requests_total", "code=\"429\"");
+    assert!(
+        throttled > 0.0,
+        "no 429 counted; the server answered the operator {codes:?}; operator log:\n{}",
+        log()
+    );
     let failed = metric_sum(metrics, "rest_client_requests_total", "code=\"<error>\"");
     assert!(
         failed > 0.0,
-        "no failed request counted; operator log:\n{}",
+        "no cut request counted; operator log:\n{}",
         log()
     );
+    for resource in ["pods", "tfjobs"] {
+        let watches = requests
+            .iter()
+            .filter(|r| {
+                r.user == OPERATOR_USER
+                    && r.verb == "watch"
+                    && r.resource == resource
+                    && !r.forbidden()
+            })
+            .count();
+        assert!(
+            watches >= 3,
+            "the watch of {resource} was opened {watches} times through {} cuts",
+            proxy.cuts()
+        );
+    }
 }

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod real;
 pub mod registry;
 pub mod up;
 
