@@ -304,3 +304,103 @@ fn jobs_end_as_they_would_through_429s_and_cut_connections() {
         );
     }
 }
+
+/// The default policies reading the real cluster, as `--policy-config` turns them on: the
+/// decoration copies the namespace's `team` label onto pods; a worker asking 300 cpus, which the
+/// real scheduler marks `Unschedulable` on nodes of 8, and which no declared pool (256) could
+/// hold either, fails its job past the grace period, naming resource, request and largest
+/// offer; a worker asking 2 runs, labelled.
+#[test]
+fn default_policies_read_the_real_cluster_and_fail_a_pod_no_node_can_hold() {
+    let plane = installed();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy-config.yaml");
+    std::fs::write(
+        &config,
+        "default-decorate:\n  settings:\n    namespaceLabels: [team]\n\
+         default-classify:\n  settings:\n    failUnschedulable:\n      gracePeriod: 2s\n\
+         \x20     nodePools:\n      - {name: big-cpu, labels: {pool: big}, allocatable: {cpu: \"256\", memory: 1Ti}}\n",
+    )
+    .unwrap();
+    let (_operator, _) = operator(
+        &plane,
+        dir.path(),
+        &[&format!("--policy-config={}", config.display())],
+    );
+    kubectl(&plane, &["label", "namespace", NS, "team=vision"]);
+    let asking = |name: &str, cpu: &str| {
+        let mut job: serde_json::Value = serde_json::from_str(&job(
+            name,
+            1,
+            "Never",
+            serde_json::json!({"sim.tfjob.dev/duration": "1s"}),
+            serde_json::json!({}),
+        ))
+        .unwrap();
+        job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] =
+            serde_json::json!({"requests": {"cpu": cpu}});
+        job.to_string()
+    };
+    for (name, cpu) in [("too-big", "300"), ("fits", "2")] {
+        let (ok, err) = kubectl_with(&plane, &["apply", "-f", "-"], &asking(name, cpu));
+        assert!(ok, "{err}");
+    }
+    let log = || std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
+
+    assert_eq!(
+        finished(&plane, "too-big"),
+        "Failed",
+        "operator log:\n{}",
+        log()
+    );
+    let why = "the pod can never be scheduled: it requests cpu 300; the largest node or node pool \
+               offers 256 (pool/big-cpu)";
+    let notes = kubectl(
+        &plane,
+        &[
+            "get",
+            "events",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    );
+    assert!(notes.contains(why), "{notes}");
+    let scheduled = kubectl(
+        &plane,
+        &[
+            "get",
+            "pod",
+            "too-big-worker-0",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.phase} {.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ],
+    );
+    assert_eq!(
+        scheduled, "Pending Unschedulable",
+        "the real scheduler's verdict"
+    );
+
+    assert_eq!(
+        finished(&plane, "fits"),
+        "Succeeded",
+        "operator log:\n{}",
+        log()
+    );
+    let team = kubectl(
+        &plane,
+        &[
+            "get",
+            "pod",
+            "fits-worker-0",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.metadata.labels.team}",
+        ],
+    );
+    assert_eq!(team, "vision");
+}
