@@ -1,12 +1,14 @@
 //! What kwok simulates: the nodes (Node objects it keeps `Ready`, with the capacity asked for)
 //! and the life of each pod bound to one of them, in kwok's own `Stage` documents.
 //!
-//! A pod is created (an IP, its containers `ContainerCreating`), runs (`Running`, ready), and
+//! A pod is created (an IP, its containers waiting: `ContainerCreating`, or for good with the
+//! reason its `sim.tfjob.dev/pending-reason` names, such as `InvalidImageName`), runs (`Running`, ready), and
 //! after its `sim.tfjob.dev/duration` (Go syntax, `3s` by default, as on the embedded cluster)
 //! ends with the exit code the embedded cluster's simulated kubelet gives it:
 //! `sim.tfjob.dev/exit-code`, one value or values per replica index (`0=137,*=0`, the index
 //! being the pod's `training.kubeflow.org/replica-index` label), and the reason of
-//! `sim.tfjob.dev/terminated-reason` or else `Completed`/`Error`. Exit code 0 makes the pod
+//! `sim.tfjob.dev/terminated-reason` or else `Completed`/`Error`; past the replica's
+//! `sim.tfjob.dev/fail-times` runs, a run is clean (`crate::runs` counts them). Exit code 0 makes the pod
 //! `Succeeded`, any other `Failed`. A pod being deleted is removed at once, as a kubelet whose
 //! containers stop instantly would. Pods that restart in place (`restartPolicy` `OnFailure` or
 //! `Always`) run and are not ended: a kubelet's restart in place is not simulated here (see
@@ -163,6 +165,7 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
+      {{ $waiting := index (.metadata.annotations | default dict) "sim.tfjob.dev/pending-reason" | default "ContainerCreating" }}
       conditions:
       - type: Initialized
         status: "True"
@@ -184,7 +187,7 @@ spec:
         started: false
         state:
           waiting:
-            reason: ContainerCreating
+            reason: {{ $waiting | Quote }}
       {{ end }}
       hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
       podIP: {{ PodIPWith .spec.nodeName false .metadata.uid .metadata.name .metadata.namespace | Quote }}
@@ -209,6 +212,9 @@ spec:
       values: ["Pending"]
     - key: '.status.podIP'
       operator: Exists
+    # A pod scripted to wait (an image that cannot be pulled, say) never starts.
+    - key: '.metadata.annotations["sim.tfjob.dev/pending-reason"]'
+      operator: DoesNotExist
   delay:
     durationMilliseconds: 100
   next:

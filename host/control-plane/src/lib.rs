@@ -25,6 +25,7 @@ pub mod kwok;
 mod pki;
 mod ports;
 mod proxy;
+pub mod runs;
 mod versions;
 
 use std::path::{Path, PathBuf};
@@ -91,7 +92,10 @@ impl Default for Options {
 /// A running control plane. Dropping it stops every component.
 #[derive(Debug)]
 pub struct ControlPlane {
-    // Declared in the order they stop: the components before the directory their data is in.
+    // Declared in the order they stop: the ledger's watch, then the components, then the
+    // directory their data is in.
+    /// Plays `sim.tfjob.dev/fail-times`, beside kwok (`runs`).
+    runs: Option<runs::RunLedger>,
     components: Vec<(Part, Component)>,
     kubeconfig: PathBuf,
     server: String,
@@ -167,6 +171,7 @@ impl ControlPlane {
         let audit_policy = write("audit-policy.json", &audit::policy(&options.audit_users))?;
 
         let mut plane = ControlPlane {
+            runs: None,
             components: Vec::new(),
             kubeconfig,
             server,
@@ -365,6 +370,14 @@ impl ControlPlane {
             "type=kwok",
             "node.kubernetes.io/not-ready:NoSchedule-",
         ])?;
+        plane.runs = Some(
+            runs::RunLedger::start(&plane.binaries.kubectl, &plane.kubeconfig).map_err(|e| {
+                Error::Start {
+                    name: "the run ledger (kubectl get pods --watch)",
+                    reason: e.to_string(),
+                }
+            })?,
+        );
         Ok(plane)
     }
 

@@ -113,6 +113,13 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
             serde_json::json!({"training.kubeflow.org/replica-index": "3"}),
         ))
         .unwrap();
+    plane
+        .kubectl_apply(&pod(
+            "bad-image",
+            serde_json::json!({"sim.tfjob.dev/duration": "1s", "sim.tfjob.dev/pending-reason": "InvalidImageName"}),
+            serde_json::json!({}),
+        ))
+        .unwrap();
     let ended = |name: &str| {
         let name = name.to_owned();
         eventually(
@@ -145,6 +152,34 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
     assert!(ok.ends_with(" Succeeded 0 Completed"), "{ok}");
     assert!(ended("oom").ends_with(" Failed 137 OOMKilled"));
     assert!(ended("other-index").ends_with(" Failed 1 Error"));
+    // `fail-times`: the first run of a replica fails, the second (a pod of the same name made
+    // again, as an operator restarts a replica) succeeds.
+    let retried = || {
+        pod(
+            "retried",
+            serde_json::json!({"sim.tfjob.dev/duration": "1s", "sim.tfjob.dev/exit-code": "137",
+                               "sim.tfjob.dev/fail-times": "1"}),
+            serde_json::json!({}),
+        )
+    };
+    plane.kubectl_apply(&retried()).unwrap();
+    assert!(ended("retried").ends_with(" Failed 137 Error"));
+    kubectl(&plane, &["delete", "pod", "retried", "--wait=true"]);
+    plane.kubectl_apply(&retried()).unwrap();
+    assert!(ended("retried").ends_with(" Succeeded 0 Completed"));
+    // A pod scripted to wait stays Pending with its containers waiting for that reason, while
+    // the others have run and ended.
+    let waiting = kubectl(
+        &plane,
+        &[
+            "get",
+            "pod",
+            "bad-image",
+            "-o",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}",
+        ],
+    );
+    assert_eq!(waiting, "Pending InvalidImageName");
     // The scheduler's own event says where it bound the pod.
     let events = kubectl(
         &plane,
