@@ -260,17 +260,17 @@ fn updates() -> (Value, Vec<(&'static str, Value)>) {
     );
     let updates = vec![
         (
-            "spec.runPolicy.managedBy: Invalid value: \"object\": field is immutable",
+            "spec.runPolicy.managedBy: Invalid value: field is immutable",
             job(
                 json!({"managedBy": "kueue.x-k8s.io/multikueue", "schedulingPolicy": {"queue": "gold"}}),
             ),
         ),
         (
-            "spec.runPolicy.managedBy: Invalid value: \"object\": field is immutable",
+            "spec.runPolicy.managedBy: Invalid value: field is immutable",
             job(json!({"schedulingPolicy": {"queue": "gold"}})),
         ),
         (
-            "spec.runPolicy.schedulingPolicy.queue: Invalid value: \"object\": may only change while the job is suspended",
+            "spec.runPolicy.schedulingPolicy.queue: Invalid value: may only change while the job is suspended",
             job(
                 json!({"managedBy": "kubeflow.org/training-operator", "schedulingPolicy": {"queue": "silver"}}),
             ),

@@ -206,8 +206,8 @@ fn competing_jobs_take_turns(scheduler: &str) {
         let path = repo("deploy/examples/gang").join(job);
         c.ok(&["apply", "-f", path.to_str().unwrap()]);
     }
-    let client = c.background.cluster.client();
-    let holding = c.background.runtime.block_on(async {
+    let client = c.up().cluster.client();
+    let holding = c.up().runtime.block_on(async {
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let jobs: Api<TFJob> = Api::namespaced(client.clone(), "default");
         let started = Instant::now();

@@ -1,6 +1,7 @@
-//! End to end with the real kubectl: the embedded API server, the simulated kubelet, the
-//! default Wasm policies and the operator run in this process, and kubectl (a separate process,
-//! as a user would run it) applies jobs, reads them, waits on their conditions, describes them,
+//! End to end with the real kubectl, on both clusters: `up`'s embedded API server and simulated
+//! kubelet, and the real control plane with `deploy/` installed; the operator with the default
+//! Wasm policies runs in this process on either. kubectl (a separate process, as a user would
+//! run it) applies jobs, reads them, waits on their conditions, describes them,
 //! watches them and deletes them. Waits use kubectl's own timeouts or poll; nothing asserts on
 //! timing.
 
@@ -10,11 +11,16 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::kubectl::{Background, cluster, example, repo};
+use common::kubectl::{Background, Cluster, example, repo};
 
-#[test]
-fn kubectl_drives_a_job_through_restart_to_success_and_deletion() {
-    let c = cluster();
+crate::on_both_clusters! {
+    kubectl_drives_a_job_through_restart_to_success_and_deletion,
+    kubectl_sees_policy_failures_admission_errors_and_watch_updates,
+    kubectl_create_configmap_ships_a_policy_module,
+    kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules,
+}
+
+fn kubectl_drives_a_job_through_restart_to_success_and_deletion(c: &Cluster) {
     let version = c.ok(&["version", "-o", "json"]);
     assert!(version.contains("serverVersion"), "{version}");
 
@@ -88,9 +94,7 @@ fn kubectl_drives_a_job_through_restart_to_success_and_deletion() {
     );
 }
 
-#[test]
-fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
-    let c = cluster();
+fn kubectl_sees_policy_failures_admission_errors_and_watch_updates(c: &Cluster) {
     // `get -w` sees the job appear and change.
     let watch = Background(Some(
         c.kubectl(&["get", "tfjobs", "-w", "--output-watch-events"])
@@ -145,9 +149,7 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates() {
 
 /// The README's kubectl-only path for a policy: `create configmap --from-file` (sent as
 /// protobuf, the module as binary data), `label`, and the operator serves it.
-#[test]
-fn kubectl_create_configmap_ships_a_policy_module() {
-    let c = cluster();
+fn kubectl_create_configmap_ships_a_policy_module(c: &Cluster) {
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("team.wasm");
     let decorate = tfjob_policy_engine::defaults::find("default-decorate").unwrap();
@@ -208,9 +210,7 @@ fn kubectl_create_configmap_ships_a_policy_module() {
 /// server without a webhook: the field path and the rule's message in kubectl's error, nothing
 /// stored. An update that changes `managedBy` is refused the same way, and so is a CRD whose
 /// rule does not compile.
-#[test]
-fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules() {
-    let c = cluster();
+fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules(c: &Cluster) {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -230,7 +230,7 @@ fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules() {
     for expected in [
         // kubectl words the Status details: kind, name, then one line per cause.
         "The TFJob \"cel-bad\" is invalid",
-        "spec.tfReplicaSpecs: Invalid value: \"object\": must not contain both Chief and Master",
+        "spec.tfReplicaSpecs: Invalid value: must not contain both Chief and Master",
         "spec.tfReplicaSpecs[Worker].template.spec.containers[1].image: Required value: must be set",
     ] {
         assert!(err.contains(expected), "{expected:?} not in {err}");
@@ -258,7 +258,7 @@ fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("spec.runPolicy.managedBy: Invalid value: \"object\": field is immutable"),
+        err.contains("spec.runPolicy.managedBy: Invalid value: field is immutable"),
         "{err}"
     );
     let stored = c.ok(&[
@@ -279,7 +279,9 @@ fn kubectl_apply_is_refused_at_admission_by_the_crds_cel_rules() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"),
+        err.contains(
+            "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+        ),
         "{err}"
     );
 }

@@ -163,7 +163,7 @@ fn succeeded(c: &Cluster, name: &str) {
 /// Every object of a kind in the store (read directly, to observe each instant without
 /// kubectl's start-up time between looks).
 fn stored(c: &Cluster, group: &str, plural: &str) -> Vec<Value> {
-    let store = c.background.cluster.store();
+    let store = c.up().cluster.store();
     let rt = store
         .resource(group, plural)
         .unwrap_or_else(|| panic!("{plural} are served"));

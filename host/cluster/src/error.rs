@@ -31,7 +31,7 @@ pub struct StatusDetails {
 pub struct StatusCause {
     pub reason: String,
     pub field: String,
-    /// The text after the field in the error: `Invalid value: "object": must ...`.
+    /// The text after the field in the error: `Invalid value: must ...`, or `Invalid value: 5: must ...` for a scalar.
     pub message: String,
 }
 

@@ -1,5 +1,5 @@
 //! Kubeconfig files for the control plane's users: the server, the CA file, and one client
-//! certificate.
+//! certificate or a bearer token.
 
 use std::path::Path;
 
@@ -20,6 +20,25 @@ pub fn render(server: &str, ca: &Path, user: &str, cert: &ClientCert) -> String 
             "client-key": cert.key,
         }}],
         "contexts": [{"name": user, "context": {"cluster": "control-plane", "user": user}}],
+        "current-context": user,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// A kubeconfig for `user` reaching `server` with bearer `token`, trusting `ca`, in `namespace`
+/// by default.
+pub fn render_token(server: &str, ca: &Path, user: &str, token: &str, namespace: &str) -> String {
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "control-plane", "cluster": {
+            "server": server,
+            "certificate-authority": ca,
+        }}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {
+            "cluster": "control-plane", "user": user, "namespace": namespace,
+        }}],
         "current-context": user,
     });
     serde_json::to_string_pretty(&doc).unwrap_or_default()

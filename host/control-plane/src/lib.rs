@@ -434,6 +434,29 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
+    /// A kubeconfig (JSON) for ServiceAccount `namespace/name`, with a token the API server
+    /// mints for it, valid for `hours`, reaching the API server at `server` (this control
+    /// plane's, or a proxy in front of it).
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        hours: u32,
+        server: &str,
+    ) -> Result<String, Error> {
+        let duration = format!("--duration={hours}h");
+        let token = self.kubectl_run(&["create", "token", name, "-n", namespace, &duration])?;
+        let ca = self.dir.path().join("pki").join("ca.crt");
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        Ok(kubeconfig::render_token(
+            server,
+            &ca,
+            &user,
+            token.trim(),
+            namespace,
+        ))
+    }
+
     /// The API server's audit log (empty unless [`Options::audit_users`] names someone).
     pub fn audit_log(&self) -> PathBuf {
         self.dir.path().join("audit.log")

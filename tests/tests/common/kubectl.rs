@@ -1,7 +1,11 @@
-//! Driving an embedded cluster with the real kubectl, a separate process as a user runs it:
-//! a cluster on a background runtime with a kubeconfig written for it, kubectl commands that
-//! must succeed, polling a command until its output shows a state, and kubectl processes left
-//! running in the background (watches, follows) that are always reaped.
+//! Driving a cluster with the real kubectl, a separate process as a user runs it: `up`'s
+//! embedded cluster on a background runtime with a kubeconfig written for it, or the real
+//! control plane with `deploy/` installed ([`super::real`]), behind one [`Cluster`]; kubectl
+//! commands that must succeed, polling a command until its output shows a state, and kubectl
+//! processes left running in the background (watches, follows) that are always reaped.
+//!
+//! [`on_both_clusters!`] turns test bodies written once against a [`Cluster`] into a test on
+//! each: `<module>::on_up::<name>` and `<module>::on_real_control_plane::<name>`.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -25,6 +29,14 @@ pub fn example(name: &str) -> String {
         .to_string()
 }
 
+/// What a [`Cluster`] runs on.
+pub enum Backend {
+    /// `up`'s embedded API server, kubelet and operator.
+    Up(Box<ClusterThread>),
+    /// The real control plane, with the operator in this process.
+    Real(Box<super::real::RealCluster>),
+}
+
 /// A running cluster and the kubeconfig kubectl uses for it.
 pub struct Cluster {
     pub kubeconfig: PathBuf,
@@ -33,7 +45,7 @@ pub struct Cluster {
     /// test (another PodGroup CRD, other resources) would be answered from the old one.
     cache: PathBuf,
     _dir: tempfile::TempDir,
-    pub background: ClusterThread,
+    pub backend: Backend,
 }
 
 /// Starts the whole cluster with the default Wasm policies on a background runtime and writes
@@ -52,11 +64,62 @@ pub fn cluster_with(options: ClusterOptions) -> Cluster {
         kubeconfig,
         cache: dir.path().join("cache"),
         _dir: dir,
-        background,
+        backend: Backend::Up(Box::new(background)),
     }
 }
 
+/// Starts the real control plane with `deploy/` installed and the operator with the default
+/// Wasm policies running as `deploy/`'s ServiceAccount.
+pub fn real_cluster() -> Cluster {
+    let real = super::real::RealCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    Cluster {
+        kubeconfig: real.kubeconfig().to_owned(),
+        cache: dir.path().join("cache"),
+        _dir: dir,
+        backend: Backend::Real(Box::new(real)),
+    }
+}
+
+/// Test bodies `fn name(c: &Cluster)` of the calling module as tests on both clusters:
+/// `on_up::name` and `on_real_control_plane::name`.
+#[macro_export]
+macro_rules! on_both_clusters {
+    ($($name:ident),* $(,)?) => {
+        mod on_up {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&$crate::common::kubectl::cluster());
+                }
+            )*
+        }
+        mod on_real_control_plane {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&$crate::common::kubectl::real_cluster());
+                }
+            )*
+        }
+    };
+}
+
 impl Cluster {
+    /// The embedded cluster, for a test that reaches into it; a test on the real control plane
+    /// has no such thing.
+    pub fn up(&self) -> &ClusterThread {
+        match &self.backend {
+            Backend::Up(background) => background,
+            Backend::Real(_) => panic!("this test runs on up's embedded cluster only"),
+        }
+    }
+
+    /// Whether this is the real control plane.
+    pub fn is_real(&self) -> bool {
+        matches!(self.backend, Backend::Real(_))
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("kubectl");
         cmd.args(args)

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod kubectl;
+pub mod real;
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};

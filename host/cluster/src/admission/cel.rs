@@ -72,8 +72,6 @@ struct CompiledRule {
 /// Bounds and rules of one schema node, and its children.
 #[derive(Default)]
 struct Node {
-    /// The schema's `type`, which a real server shows as the invalid "value" of a rule.
-    type_name: String,
     rules: Vec<CompiledRule>,
     properties: BTreeMap<String, Node>,
     additional: Option<Box<Node>>,
@@ -126,13 +124,24 @@ pub fn check_crd(crd: &Value) -> Result<(), StatusCause> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten();
-    for (i, version) in versions.enumerate() {
+    let versions: Vec<&Value> = versions.collect();
+    // kube-apiserver keeps a schema all versions share once, as the old `spec.validation`, and
+    // names its fields from there.
+    let shared = versions
+        .windows(2)
+        .all(|pair| pair[0].pointer("/schema") == pair[1].pointer("/schema"));
+    for (i, version) in versions.iter().enumerate() {
         if let Some(schema) = version.pointer("/schema/openAPIV3Schema")
             && let Err(e) = SchemaRules::compile(schema)
         {
+            let at = if shared {
+                "spec.validation".to_owned()
+            } else {
+                format!("spec.versions[{i}].schema")
+            };
             return Err(StatusCause {
                 reason: "FieldValueInvalid".into(),
-                field: format!("spec.versions[{i}].schema.{}", e.path),
+                field: format!("{at}.{}", e.path),
                 message: format!("Invalid value: {:?}: {}", e.value, e.message),
             });
         }
@@ -149,11 +158,6 @@ fn compile_node(schema: &Value, path: &str, correlatable: bool) -> Result<Node, 
             .and_then(|n| usize::try_from(n).ok())
     };
     let mut node = Node {
-        type_name: schema
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("object")
-            .to_owned(),
         required: schema
             .get("required")
             .and_then(Value::as_array)
@@ -328,7 +332,7 @@ fn walk(node: &Node, value: &Value, old: Option<&Value>, path: &str, out: &mut V
         if rule.transition && old.is_none_or(Value::is_null) {
             continue;
         }
-        if let Some(cause) = evaluate(rule, &node.type_name, value, old, path) {
+        if let Some(cause) = evaluate(rule, value, old, path) {
             out.push(cause);
         }
     }
@@ -433,10 +437,18 @@ fn check_bounds(node: &Node, value: &Value, path: &str, out: &mut Vec<StatusCaus
     }
 }
 
+/// A value as the API server shows it in a field error: a scalar as JSON (a string quoted), an
+/// object or a list not at all.
+fn shown_value(value: &Value) -> Option<String> {
+    match value {
+        Value::Object(_) | Value::Array(_) => None,
+        scalar => Some(scalar.to_string()),
+    }
+}
+
 /// Runs one rule; the cause when it does not hold (or cannot be evaluated).
 fn evaluate(
     rule: &CompiledRule,
-    type_name: &str,
     value: &Value,
     old: Option<&Value>,
     path: &str,
@@ -461,11 +473,16 @@ fn evaluate(
     let field = format!("{path}{}", rule.field_path);
     let field = field.strip_prefix('.').unwrap_or(&field);
     let field = if field.is_empty() { "<nil>" } else { field };
-    let message = match rule.reason.as_str() {
-        "FieldValueForbidden" => format!("Forbidden: {message}"),
-        "FieldValueRequired" => format!("Required value: {message}"),
-        "FieldValueDuplicate" => format!("Duplicate value: {type_name:?}: {message}"),
-        _ => format!("Invalid value: {type_name:?}: {message}"),
+    // As kube-apiserver v1.37 words it: a scalar's value is shown, an object's or a list's is
+    // left out, and a duplicate names its value alone, without the rule's message.
+    let shown = shown_value(value);
+    let message = match (rule.reason.as_str(), shown) {
+        ("FieldValueForbidden", _) => format!("Forbidden: {message}"),
+        ("FieldValueRequired", _) => format!("Required value: {message}"),
+        ("FieldValueDuplicate", Some(value)) => format!("Duplicate value: {value}"),
+        ("FieldValueDuplicate", None) => "Duplicate value".to_owned(),
+        (_, Some(value)) => format!("Invalid value: {value}: {message}"),
+        (_, None) => format!("Invalid value: {message}"),
     };
     Some(StatusCause {
         reason: rule.reason.clone(),
@@ -571,10 +588,7 @@ mod tests {
         );
         assert!(r.validate(&json!({"spec": {}}), None).is_empty());
         let causes = r.validate(&json!({"spec": {"replicas": 4}}), None);
-        assert_eq!(
-            lines(&causes),
-            ["spec.replicas: Invalid value: \"object\": at most 3"]
-        );
+        assert_eq!(lines(&causes), ["spec.replicas: Invalid value: at most 3"]);
         assert_eq!(causes[0].reason, "FieldValueInvalid");
     }
 
@@ -589,7 +603,7 @@ mod tests {
         assert!(r.validate(&json!({}), None).is_empty());
         assert_eq!(
             lines(&r.validate(&json!({"name": "b"}), None)),
-            ["name: Invalid value: \"string\": failed rule: self.startsWith('a')"]
+            ["name: Invalid value: \"b\": failed rule: self.startsWith('a')"]
         );
     }
 
@@ -614,7 +628,7 @@ mod tests {
         );
         assert_eq!(
             lines(&r.validate(&json!({"spec": {"queue": "b"}}), Some(&running))),
-            ["spec.queue: Invalid value: \"object\": may only change while suspended"]
+            ["spec.queue: Invalid value: may only change while suspended"]
         );
         assert!(
             r.validate(
@@ -703,7 +717,7 @@ mod tests {
         assert_eq!(
             lines(&causes),
             [
-                "groups: Invalid value: \"object\": keys must be lower case: A",
+                "groups: Invalid value: keys must be lower case: A",
                 "groups[A].members: Too many: 3: must have at most 2 items",
                 "groups[A].members[1].name: Required value: not x",
                 "groups[A].members[2].name: Too long: may not be more than 3 bytes",
@@ -769,14 +783,13 @@ mod tests {
         assert!(r.validate(&object, None).is_empty());
         assert_eq!(
             lines(&r.validate(&json!({"metadata": {"name": "x"}}), None)),
-            ["<nil>: Invalid value: \"object\": bad name"]
+            ["<nil>: Invalid value: bad name"]
         );
     }
 
     #[test]
     fn a_crd_whose_rule_does_not_compile_is_refused_with_the_rule_path() {
-        let field_path =
-            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[field]";
+        let field_path = "spec.validation.openAPIV3Schema.properties[spec].properties[field]";
         for (rule, at_items, field) in [
             (json!({"rule": "self.replicas >"}), false, "rule"),
             (json!({"rule": "self == oldSelf"}), true, "rule"),

@@ -101,36 +101,11 @@ pub fn installed() -> ControlPlane {
 /// A kubeconfig for `deploy/`'s ServiceAccount, with a token the real server minted for it,
 /// reaching the API server at `server`.
 pub fn service_account_kubeconfig(plane: &ControlPlane, dir: &Path, server: &str) -> PathBuf {
-    let token = kubectl(
-        plane,
-        &[
-            "create",
-            "token",
-            "tfjob-operator",
-            "-n",
-            "tfjob-system",
-            "--duration=1h",
-        ],
-    );
-    let ca = kubectl(
-        plane,
-        &[
-            "config",
-            "view",
-            "--raw",
-            "-o",
-            "jsonpath={.clusters[0].cluster.certificate-authority}",
-        ],
-    );
-    let doc = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "real", "cluster": {"server": server, "certificate-authority": ca}}],
-        "users": [{"name": "tfjob-operator", "user": {"token": token.trim()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "real", "user": "tfjob-operator"}}],
-        "current-context": "operator",
-    });
+    let text = plane
+        .service_account_kubeconfig("tfjob-system", "tfjob-operator", 1, server)
+        .unwrap_or_else(|e| panic!("{e}"));
     let path = dir.join("operator.kubeconfig");
-    std::fs::write(&path, doc.to_string()).unwrap();
+    std::fs::write(&path, text).unwrap();
     path
 }
 
