@@ -1,8 +1,10 @@
 //! The official Kubernetes Python client (`kubernetes` 35.0.0, the library under the Kubeflow
-//! SDK and most ML tooling) against the embedded cluster, as a user's program runs it:
+//! SDK and most ML tooling) against both clusters (`up`'s embedded one and the real control
+//! plane), as a user's program runs it:
 //! - its own end-to-end suite (`kubernetes/e2e_test/` of the client at v35.0.0, kept beside the
 //!   repository in `../shared/reference/python-client-e2e/`), unmodified, with exactly the tests
-//!   listed in `tests/python/e2e-deselected.txt` left out;
+//!   listed in `tests/python/e2e-deselected.txt` (on `up`) or
+//!   `e2e-deselected-real-control-plane.txt` left out;
 //! - `tests/python/watch_tfjob.py`: watches of a TFJob, of its pods by label and of events,
 //!   each made of short streams resumed from the last resourceVersion, while the job runs.
 //!
@@ -15,7 +17,13 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::kubectl::{Cluster, cluster, repo};
+use common::kubectl::{Cluster, repo};
+
+crate::on_both_clusters! {
+    the_official_python_clients_own_suite_passes,
+    test_pod_apis_finds_the_default_service_account_and_stops_at_its_exec,
+    a_python_watch_sees_a_tfjob_its_pods_and_events_in_order,
+}
 use serde_json::Value;
 
 /// The interpreter with the client installed, from `TFJOB_PYTHON`.
@@ -37,9 +45,20 @@ fn suite_dir() -> PathBuf {
         .unwrap_or_else(|| repo("../shared/reference/python-client-e2e/e2e_test"))
 }
 
-/// The deselected tests, as `file::Class::test`, each with its reason.
-fn deselected() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(repo("tests/python/e2e-deselected.txt")).unwrap();
+/// The lists of deselected tests: on `up`'s embedded cluster, and on the real control plane.
+const DESELECTED: [&str; 2] = [
+    "tests/python/e2e-deselected.txt",
+    "tests/python/e2e-deselected-real-control-plane.txt",
+];
+
+/// The tests deselected on `cluster`, as `file::Class::test`, each with its reason.
+fn deselected_on(cluster: &Cluster) -> Vec<(String, String)> {
+    deselected(DESELECTED[usize::from(cluster.is_real())])
+}
+
+/// The deselected tests of list `file`, as `file::Class::test`, each with its reason.
+fn deselected(file: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo(file)).unwrap();
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -62,7 +81,10 @@ fn run(cmd: &mut Command, cluster: &Cluster) -> std::process::Output {
 #[test]
 fn the_deselected_tests_exist_and_the_docs_list_them() {
     let docs = std::fs::read_to_string(repo("docs/python-client.md")).unwrap();
-    let listed = deselected();
+    let listed: Vec<_> = DESELECTED
+        .iter()
+        .flat_map(|file| deselected(file))
+        .collect();
     assert!(!listed.is_empty());
     for (id, reason) in &listed {
         assert!(!reason.is_empty(), "{id}: no reason");
@@ -140,19 +162,18 @@ fn install_suite() -> Option<(PathBuf, PathBuf)> {
     Some((python, site))
 }
 
-#[test]
-fn the_official_python_clients_own_suite_passes() {
+fn the_official_python_clients_own_suite_passes(c: &Cluster) {
     let Some(mut pytest) = pytest() else {
         return;
     };
-    let c = cluster();
     pytest.arg("kubernetes/e2e_test");
-    for (id, _) in deselected() {
+    let deselected = deselected_on(c);
+    for (id, _) in &deselected {
         pytest
             .arg("--deselect")
             .arg(format!("kubernetes/e2e_test/{id}"));
     }
-    let out = run(&mut pytest, &c);
+    let out = run(&mut pytest, c);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -162,25 +183,23 @@ fn the_official_python_clients_own_suite_passes() {
     let summary = report.lines().last().unwrap_or_default();
     assert!(
         summary.contains(" passed")
-            && summary.contains(&format!("{} deselected", deselected().len())),
+            && summary.contains(&format!("{} deselected", deselected.len())),
         "{summary}"
     );
 }
 
 /// `test_pod_apis` is deselected for its exec, but what comes before must pass: it waits for the
 /// `default` ServiceAccount a real cluster's controller makes in every namespace.
-#[test]
-fn test_pod_apis_finds_the_default_service_account_and_stops_at_its_exec() {
+fn test_pod_apis_finds_the_default_service_account_and_stops_at_its_exec(c: &Cluster) {
     let Some(mut pytest) = pytest() else {
         return;
     };
-    let c = cluster();
     // `-s`: what the test prints while it waits is part of the report.
     pytest.args([
         "-s",
         "kubernetes/e2e_test/test_client.py::TestClient::test_pod_apis",
     ]);
-    let out = run(&mut pytest, &c);
+    let out = run(&mut pytest, c);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         !out.status.success(),
@@ -201,16 +220,14 @@ fn test_pod_apis_finds_the_default_service_account_and_stops_at_its_exec() {
     );
 }
 
-#[test]
-fn a_python_watch_sees_a_tfjob_its_pods_and_events_in_order() {
+fn a_python_watch_sees_a_tfjob_its_pods_and_events_in_order(c: &Cluster) {
     let Some(python) = python() else { return };
-    let c = cluster();
     let script = repo("tests/python/watch_tfjob.py");
     let mut cmd = Command::new(&python);
     cmd.arg(script)
         .arg(&c.kubeconfig)
         .args(["default", "watched"]);
-    let out = run(&mut cmd, &c);
+    let out = run(&mut cmd, c);
     assert!(
         out.status.success(),
         "the watch script failed: {}",
