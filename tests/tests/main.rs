@@ -11,6 +11,7 @@ mod deploy_overlays;
 mod gang_e2e;
 mod kubectl_e2e;
 mod kubeflow_examples;
+mod kubeflow_sdk;
 mod kueue_e2e;
 mod module_cycles;
 mod policy_configmaps;
