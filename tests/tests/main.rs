@@ -18,4 +18,5 @@ mod policy_configmaps;
 mod python_client;
 mod rbac;
 mod scenarios;
+mod simulated_kubelets;
 mod tenant_isolation;

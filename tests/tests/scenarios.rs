@@ -47,17 +47,79 @@ const POLL: Duration = Duration::from_millis(100);
 // ---------------------------------------------------------------------------------------------
 // Clusters
 
+/// Where the scenarios of a test run: `up`'s embedded cluster or the real control plane, both
+/// with the operator in this process.
+enum Target {
+    Up(Box<Background>),
+    Real(Box<common::real::RealCluster>),
+}
+
+impl Target {
+    fn client(&self) -> Client {
+        match self {
+            Target::Up(up) => up.cluster.client(),
+            Target::Real(real) => real.client.clone(),
+        }
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        match self {
+            Target::Up(up) => &up.runtime,
+            Target::Real(real) => &real.runtime,
+        }
+    }
+}
+
 /// Starts a cluster with these policies and room for every pod of every scenario at once.
-fn start(policies: Arc<tfjob_operator::policy_setup::Policies>) -> Background {
+fn start(policies: Arc<tfjob_operator::policy_setup::Policies>) -> Target {
     let mut options = ClusterOptions::new(policies);
     options.kubelet = common::roomy_kubelet();
-    Background::start(options)
+    Target::Up(Box::new(Background::start(options)))
+}
+
+/// The real control plane with these policies, its four nodes as roomy as `up`'s.
+fn start_real(policies: Arc<tfjob_operator::policy_setup::Policies>) -> Target {
+    Target::Real(Box::new(common::real::RealCluster::start(policies)))
 }
 
 /// The cluster shared by the test functions that use the default policies.
-fn shared() -> &'static Background {
-    static SHARED: OnceLock<Background> = OnceLock::new();
+fn shared() -> &'static Target {
+    static SHARED: OnceLock<Target> = OnceLock::new();
     SHARED.get_or_init(|| start(common::default_policies()))
+}
+
+/// Test bodies `fn name(cluster: &Target)` as a test on each cluster: `on_up::name` on the
+/// shared embedded cluster and `on_real_control_plane::name` on a real control plane of its own,
+/// both with the default policies.
+macro_rules! on_both_clusters {
+    ($($name:ident),* $(,)?) => {
+        mod on_up {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::shared());
+                }
+            )*
+        }
+        mod on_real_control_plane {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&super::start_real(crate::common::default_policies()));
+                }
+            )*
+        }
+    };
+}
+
+on_both_clusters! {
+    local_ps_worker_and_chief_jobs_run_to_success,
+    success_policies_decide_when_a_job_completes,
+    a_replica_failing_under_never_fails_the_job,
+    restart_policies_restart_failed_replicas_within_the_backoff_limit,
+    run_policy_deadline_ttl_and_clean_pod_policy,
+    suspend_resume_and_managed_by,
+    scaling_workers_up_and_down_on_a_running_job,
 }
 
 /// One scenario: what it checks, the jobs it submits and its body.
@@ -82,9 +144,9 @@ fn scenario<'a>(
 /// Runs the scenarios `list` makes in namespace `namespace` of `cluster`, concurrently, and
 /// reports every one that failed, not just the first, each with the state of its jobs (status,
 /// condition history, pods, services, events).
-fn run(cluster: &Background, namespace: &str, list: for<'a> fn(&'a Ns) -> Vec<Scenario<'a>>) {
-    let client = cluster.cluster.client();
-    cluster.runtime.block_on(async move {
+fn run(cluster: &Target, namespace: &str, list: for<'a> fn(&'a Ns) -> Vec<Scenario<'a>>) {
+    let client = cluster.client();
+    cluster.runtime().block_on(async move {
         let ns = Ns::new(client, namespace).await;
         let results = join_all(list(&ns).into_iter().map(|s| async move {
             let result = AssertUnwindSafe(s.body).catch_unwind().await;
@@ -826,9 +888,8 @@ fn secs(n: i64) -> SignedDuration {
 // ---------------------------------------------------------------------------------------------
 // Normal path
 
-#[test]
-fn local_ps_worker_and_chief_jobs_run_to_success() {
-    run(shared(), "normal", |ns| {
+fn local_ps_worker_and_chief_jobs_run_to_success(cluster: &Target) {
+    run(cluster, "normal", |ns| {
         vec![
             scenario("normal path: local job", &["local"], local_job(ns)),
             scenario("normal path: PS/Worker job", &["psw"], ps_worker_job(ns)),
@@ -997,9 +1058,8 @@ async fn chief_job(ns: &Ns) {
 // ---------------------------------------------------------------------------------------------
 // Success policies
 
-#[test]
-fn success_policies_decide_when_a_job_completes() {
-    run(shared(), "success", |ns| {
+fn success_policies_decide_when_a_job_completes(cluster: &Target) {
+    run(cluster, "success", |ns| {
         vec![
             scenario(
                 "worker 0 decides",
@@ -1083,9 +1143,8 @@ async fn all_workers(ns: &Ns) {
 // ---------------------------------------------------------------------------------------------
 // Failure per replica type
 
-#[test]
-fn a_replica_failing_under_never_fails_the_job() {
-    run(shared(), "failure", |ns| {
+fn a_replica_failing_under_never_fails_the_job(cluster: &Target) {
+    run(cluster, "failure", |ns| {
         vec![
             scenario("PS fails", &["ps-fails"], ps_fails(ns)),
             scenario("Worker fails", &["worker-fails"], worker_fails(ns)),
@@ -1186,9 +1245,8 @@ async fn sole_replica_fails(ns: &Ns, s: &str, rtype: &str, spec: Value, detail: 
 // ---------------------------------------------------------------------------------------------
 // Restarts and the backoff limit
 
-#[test]
-fn restart_policies_restart_failed_replicas_within_the_backoff_limit() {
-    run(shared(), "restarts", |ns| {
+fn restart_policies_restart_failed_replicas_within_the_backoff_limit(cluster: &Target) {
+    run(cluster, "restarts", |ns| {
         let mut list = vec![
             scenario("OnFailure in place", &["on-failure"], on_failure(ns)),
             scenario(
@@ -1447,9 +1505,8 @@ async fn backoff_zero(ns: &Ns) {
 // ---------------------------------------------------------------------------------------------
 // Run policy: deadline, TTL, cleanPodPolicy
 
-#[test]
-fn run_policy_deadline_ttl_and_clean_pod_policy() {
-    run(shared(), "runpolicy", |ns| {
+fn run_policy_deadline_ttl_and_clean_pod_policy(cluster: &Target) {
+    run(cluster, "runpolicy", |ns| {
         let mut list = Vec::new();
         for clean in ["None", "All"] {
             let name = format!("deadline-{}", clean.to_lowercase());
@@ -1590,9 +1647,8 @@ async fn clean_pod_policy(ns: &Ns, policy: &str) {
 // ---------------------------------------------------------------------------------------------
 // Suspend, resume, managedBy
 
-#[test]
-fn suspend_resume_and_managed_by() {
-    run(shared(), "suspend", |ns| {
+fn suspend_resume_and_managed_by(cluster: &Target) {
+    run(cluster, "suspend", |ns| {
         vec![
             scenario(
                 "suspend and resume",
@@ -1781,9 +1837,8 @@ async fn managed_here(ns: &Ns) {
 // ---------------------------------------------------------------------------------------------
 // Scaling
 
-#[test]
-fn scaling_workers_up_and_down_on_a_running_job() {
-    run(shared(), "scale", |ns| {
+fn scaling_workers_up_and_down_on_a_running_job(cluster: &Target) {
+    run(cluster, "scale", |ns| {
         vec![scenario("scale up and down", &["scale"], scale(ns))]
     });
 }
@@ -1859,12 +1914,25 @@ async fn scale(ns: &Ns) {
 /// default of 3m through the policy config (as `--policy-config` does).
 const PULL_GRACE: &str = "2s";
 
-#[test]
-fn policy_verdicts_fail_or_restart_pods() {
+/// The default policies with image pulls failing after a short grace period.
+fn verdict_policies() -> Arc<tfjob_operator::policy_setup::Policies> {
     let config =
         format!("default-classify:\n  settings:\n    imagePullBackoffGracePeriod: {PULL_GRACE}\n");
-    let cluster = start(common::policies_with_config(&config));
-    run(&cluster, "verdicts", |ns| {
+    common::policies_with_config(&config)
+}
+
+#[test]
+fn policy_verdicts_fail_or_restart_pods_on_up() {
+    policy_verdicts_fail_or_restart_pods(&start(verdict_policies()));
+}
+
+#[test]
+fn policy_verdicts_fail_or_restart_pods_on_real_control_plane() {
+    policy_verdicts_fail_or_restart_pods(&start_real(verdict_policies()));
+}
+
+fn policy_verdicts_fail_or_restart_pods(cluster: &Target) {
+    run(cluster, "verdicts", |ns| {
         vec![
             scenario(
                 "ImagePullBackOff under Never",
@@ -1892,19 +1960,31 @@ fn policy_verdicts_fail_or_restart_pods() {
 /// with the nodes, shortened for the test.
 const UNSCHEDULABLE_GRACE: &str = "2s";
 
-/// The default policies reading the cluster, as `--policy-config` turns them on: the
-/// decoration copies the namespace's `team` label onto pods; the classification fails a pod
-/// that fits no node (64 cpus each here) and no declared pool (256 cpus) past its grace period,
-/// and lets one wait that fits the pool.
 #[test]
-fn default_policies_that_read_the_cluster() {
+fn default_policies_that_read_the_cluster_on_up() {
+    default_policies_that_read_the_cluster(&start(reading_policies()));
+}
+
+#[test]
+fn default_policies_that_read_the_cluster_on_real_control_plane() {
+    default_policies_that_read_the_cluster(&start_real(reading_policies()));
+}
+
+/// The default policies reading namespaces and nodes, as `--policy-config` turns them on.
+fn reading_policies() -> Arc<tfjob_operator::policy_setup::Policies> {
     let config = format!(
         "default-decorate:\n  settings:\n    namespaceLabels: [team]\n\
          default-classify:\n  settings:\n    failUnschedulable:\n      gracePeriod: {UNSCHEDULABLE_GRACE}\n\
          \x20     nodePools:\n      - {{name: big-cpu, labels: {{pool: big}}, allocatable: {{cpu: \"256\", memory: 1Ti}}}}\n"
     );
-    let cluster = start(common::policies_with_config(&config));
-    run(&cluster, "readers", |ns| {
+    common::policies_with_config(&config)
+}
+
+/// The default policies reading the cluster: the decoration copies the namespace's `team` label
+/// onto pods; the classification fails a pod that fits no node (64 cpus each here) and no
+/// declared pool (256 cpus) past its grace period, and lets one wait that fits the pool.
+fn default_policies_that_read_the_cluster(cluster: &Target) {
+    run(cluster, "readers", |ns| {
         vec![
             scenario("too big for any node", &["too-big"], too_big_fails(ns)),
             scenario("fits a node", &["fits"], fitting_runs(ns)),

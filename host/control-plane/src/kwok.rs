@@ -9,17 +9,173 @@
 //! being the pod's `training.kubeflow.org/replica-index` label), and the reason of
 //! `sim.tfjob.dev/terminated-reason` or else `Completed`/`Error`; past the replica's
 //! `sim.tfjob.dev/fail-times` runs, a run is clean (`crate::runs` counts them). Exit code 0 makes the pod
-//! `Succeeded`, any other `Failed`. A pod being deleted is removed at once, as a kubelet whose
-//! containers stop instantly would. Pods that restart in place (`restartPolicy` `OnFailure` or
-//! `Always`) run and are not ended: a kubelet's restart in place is not simulated here (see
-//! docs/compatibility.md).
+//! `Succeeded`, any other `Failed`; `sim.tfjob.dev/pod-reason` (`Evicted`) fails the pod as a
+//! whole, with the message the embedded kubelet gives. Under `restartPolicy` `Always`, and
+//! `OnFailure` after a failed run, the containers restart in place instead: their restart count
+//! up, the ended run as their last state. A pod being deleted is removed at once, as a kubelet
+//! whose containers stop instantly would. Every scripted value may be given per replica index;
+//! kwok reads them with jq and Go templates generated here.
 
 /// The annotation that marks a node as kwok's.
 pub const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
+const DURATION: &str = "sim.tfjob.dev/duration";
+const EXIT_CODE: &str = "sim.tfjob.dev/exit-code";
+const PENDING_REASON: &str = "sim.tfjob.dev/pending-reason";
+const TERMINATED_REASON: &str = "sim.tfjob.dev/terminated-reason";
+const POD_REASON: &str = "sim.tfjob.dev/pod-reason";
+const FAIL_TIMES: &str = "sim.tfjob.dev/fail-times";
+
+/// The message of a container waiting for `sim.tfjob.dev/pending-reason`, as the embedded
+/// cluster's kubelet words it (held to it by a test of the conformance suite), with `{image}`,
+/// `{container}`, `{pod}` and `{ns}` for the container's image and name and the pod's name and
+/// namespace; no message for any other reason.
+pub const WAITING_MESSAGES: [(&str, &str); 5] = [
+    (
+        "ErrImagePull",
+        r#"rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/{image}": not found"#,
+    ),
+    ("ImagePullBackOff", r#"Back-off pulling image "{image}""#),
+    (
+        "InvalidImageName",
+        r#"Failed to apply default image tag "{image}": couldn't parse image name "{image}": invalid reference format"#,
+    ),
+    (
+        "CreateContainerConfigError",
+        r#"secret "{pod}-sim-missing" not found"#,
+    ),
+    (
+        "CreateContainerError",
+        r#"failed to reserve container name "{container}_{pod}_{ns}": name is reserved"#,
+    ),
+];
+
+/// Go template lines, inside a `range` over the pod's containers, setting `$waitingMessage` for
+/// `$waiting`.
+fn waiting_message_template() -> String {
+    let mut t = String::from(r#"{{ $waitingMessage := "" }}"#);
+    for (reason, message) in WAITING_MESSAGES {
+        let format = message
+            .replace('"', "\\\"")
+            .replace("{image}", "%[1]s")
+            .replace("{container}", "%[2]s")
+            .replace("{pod}", "%[3]s")
+            .replace("{ns}", "%[4]s");
+        t.push_str(&format!(
+            r#"{{{{ if eq $waiting "{reason}" }}}}{{{{ $waitingMessage = printf "{format}" .image .name $.metadata.name $.metadata.namespace }}}}{{{{ end }}}}"#
+        ));
+    }
+    t
+}
+
+/// The message of a pod that fails as a whole for a reason [`POD_FAILURE_MESSAGES`] does not
+/// name: this, then the reason.
+pub const POD_FAILURE_GENERIC: &str = "Pod failed on the node: ";
+
+/// The message of a pod that fails as a whole with `sim.tfjob.dev/pod-reason`, as the embedded
+/// cluster's kubelet words it (a test of the conformance suite holds the two to each other);
+/// any other reason is `Pod failed on the node: <reason>`.
+pub const POD_FAILURE_MESSAGES: [(&str, &str); 4] = [
+    (
+        "Evicted",
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 56Mi. Container tensorflow was using 3Gi, request is 0, has larger consumption of memory.",
+    ),
+    ("Shutdown", "Pod was rejected as the node is shutting down."),
+    (
+        "NodeShutdown",
+        "Pod was rejected as the node is shutting down.",
+    ),
+    (
+        "Terminated",
+        "Pod was terminated in response to imminent node shutdown.",
+    ),
+];
+
 /// How long a pod runs when it does not say.
 const DEFAULT_DURATION_MS: u64 = 3000;
 
+/// A jq expression (kwok evaluates its `expressionFrom` and selector keys with gojq) for the
+/// pod's `annotation` as its replica index reads it: the `<index>=` entry, else the `*=` entry,
+/// else a plain value, else `default` (`null` with none: the key then does not exist). Spaces
+/// inside the annotation are ignored.
+fn pick_jq(annotation: &str, default: Option<&str>) -> String {
+    let fallback = default.map_or_else(|| "null".to_owned(), |d| format!("\"{d}\""));
+    format!(
+        r#"(.metadata.labels["training.kubeflow.org/replica-index"] // "") as $i | [(.metadata.annotations["{annotation}"] // "") | split(",")[] | gsub(" "; "") | select(. != "")] as $e | [($e[] | select(startswith($i + "=")) | ltrimstr($i + "=")), ($e[] | select(startswith("*=")) | ltrimstr("*=")), ($e[] | select(contains("=") | not)), {fallback}] | .[0]"#
+    )
+}
+
+/// Go template lines (kwok's status templates, with sprig) setting `$<var>` to the pod's
+/// `annotation` as its replica index reads it, as [`pick_jq`] does, else to `default`.
+fn pick_template(var: &str, annotation: &str, default: &str) -> String {
+    let t = |line: &str| line.replace("VAR", var);
+    [
+        t(r#"{{ $VARIndex := index (.metadata.labels | default dict) "training.kubeflow.org/replica-index" | default "" }}"#),
+        t(&format!(r#"{{{{ $VARScript := index (.metadata.annotations | default dict) "{annotation}" | default "" }}}}"#)),
+        t(r#"{{ $VARExact := "" }}{{ $VARAny := "" }}{{ $VARPlain := "" }}"#),
+        t(r#"{{ range splitList "," $VARScript }}"#),
+        t(r#"{{ $entry := trim . }}"#),
+        t(r#"{{ if contains "=" $entry }}"#),
+        t(r#"{{ $key := trim (first (splitList "=" $entry)) }}"#),
+        t(r#"{{ $value := trim (last (splitList "=" $entry)) }}"#),
+        t(r#"{{ if eq $key $VARIndex }}{{ $VARExact = $value }}{{ else if eq $key "*" }}{{ $VARAny = $value }}{{ end }}"#),
+        t(r#"{{ else if ne $entry "" }}{{ $VARPlain = $entry }}{{ end }}"#),
+        t(r#"{{ end }}"#),
+        t(&format!(r#"{{{{ $VAR := $VARExact | default $VARAny | default $VARPlain | default "{default}" }}}}"#)),
+    ]
+    .join("\n      ")
+}
+
+/// Go template lines setting `$code` (the main container's exit code: scripted, else implied by
+/// the pod or terminated reason, as the embedded kubelet implies it), `$scriptedReason` and
+/// `$podReason` (empty where not scripted). A restart in place past the replica's
+/// `fail-times` runs clean: those restarts are counted here from the pod's restart count, which
+/// the run ledger (`crate::runs`) cannot clear in time for a short run.
+fn ending_template() -> String {
+    [
+        pick_template("scriptedCode", EXIT_CODE, ""),
+        pick_template("scriptedReason", TERMINATED_REASON, ""),
+        pick_template("podReason", POD_REASON, ""),
+        pick_template("failTimes", FAIL_TIMES, ""),
+        concat!(
+            r#"{{ $restarts := 0 }}{{ with .status.containerStatuses }}{{ $restarts = (index . 0).restartCount }}{{ end }}"#,
+            r#"{{ if and (ne $failTimes "") (ge (int64 $restarts) (int64 $failTimes)) }}"#,
+            r#"{{ $scriptedCode = "" }}{{ $scriptedReason = "" }}{{ $podReason = "" }}{{ end }}"#,
+        )
+        .to_owned(),
+        concat!(
+            r#"{{ $implied := "0" }}{{ if or (ne $podReason "") (eq $scriptedReason "OOMKilled") }}{{ $implied = "137" }}"#,
+            r#"{{ else if and (ne $scriptedReason "") (ne $scriptedReason "Completed") }}{{ $implied = "1" }}{{ end }}"#,
+        )
+        .to_owned(),
+        r#"{{ $code := $scriptedCode | default $implied }}"#.to_owned(),
+    ]
+    .join("\n      ")
+}
+
+/// A jq expression for what a running pod's run ends in, as [`ending_template`] and the
+/// restart policy decide: `restart` in place (`Always`, or `OnFailure` with a non-zero exit
+/// code, unless the pod fails as a whole) or `end`.
+fn fate_jq() -> String {
+    format!(
+        r#"((.status.containerStatuses // [])[0].restartCount // 0) as $n | ({fail}) as $f | ($f != null and ($f | test("^[0-9]+$")) and $n >= ($f | tonumber)) as $clean | (if $clean then null else ({code}) end) as $x | (if $clean then null else ({pod}) end) as $r | (if $clean then null else ({reason}) end) as $t | ($x // (if $r != null or $t == "OOMKilled" then "137" elif $t == null or $t == "Completed" then "0" else "1" end)) as $c | if $r != null then "end" elif .spec.restartPolicy == "Always" then "restart" elif .spec.restartPolicy == "OnFailure" and $c != "0" then "restart" else "end" end"#,
+        fail = pick_jq(FAIL_TIMES, None),
+        code = pick_jq(EXIT_CODE, None),
+        pod = pick_jq(POD_REASON, None),
+        reason = pick_jq(TERMINATED_REASON, None),
+    )
+}
+
+/// Go template lines setting `$podMessage` for `$podReason`.
+fn pod_message_template() -> String {
+    let mut t = format!(r#"{{{{ $podMessage := printf "{POD_FAILURE_GENERIC}%s" $podReason }}}}"#);
+    for (reason, message) in POD_FAILURE_MESSAGES {
+        t.push_str(&format!(
+            r#"{{{{ if eq $podReason "{reason}" }}}}{{{{ $podMessage = "{message}" }}}}{{{{ end }}}}"#
+        ));
+    }
+    t
+}
 /// One simulated node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -79,9 +235,10 @@ pub fn nodes_manifest(nodes: &[NodeSpec]) -> String {
 pub fn configuration() -> String {
     [
         NODE_READY,
-        POD_CREATED,
-        POD_RUNNING,
+        &pod_created(),
+        &pod_running(),
         &pod_ended(),
+        &container_restarted(),
         POD_DELETED,
     ]
     .join("---\n")
@@ -146,6 +303,15 @@ spec:
 "#;
 
 /// A pod bound to a node gets an IP and its containers start being created.
+fn pod_created() -> String {
+    POD_CREATED
+        .replace(
+            "@WAITING@",
+            &pick_template("waiting", PENDING_REASON, "ContainerCreating"),
+        )
+        .replace("@MESSAGE@", &waiting_message_template())
+}
+
 const POD_CREATED: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -165,7 +331,7 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
-      {{ $waiting := index (.metadata.annotations | default dict) "sim.tfjob.dev/pending-reason" | default "ContainerCreating" }}
+      @WAITING@
       conditions:
       - type: Initialized
         status: "True"
@@ -185,9 +351,11 @@ spec:
         ready: false
         restartCount: 0
         started: false
+        @MESSAGE@
         state:
           waiting:
             reason: {{ $waiting | Quote }}
+            {{ if ne $waitingMessage "" }}message: {{ $waitingMessage | Quote }}{{ end }}
       {{ end }}
       hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
       podIP: {{ PodIPWith .spec.nodeName false .metadata.uid .metadata.name .metadata.namespace | Quote }}
@@ -195,6 +363,10 @@ spec:
 "#;
 
 /// Created containers run.
+fn pod_running() -> String {
+    POD_RUNNING.replace("@PENDING@", &pick_jq(PENDING_REASON, None))
+}
+
 const POD_RUNNING: &str = r#"apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -213,7 +385,7 @@ spec:
     - key: '.status.podIP'
       operator: Exists
     # A pod scripted to wait (an image that cannot be pulled, say) never starts.
-    - key: '.metadata.annotations["sim.tfjob.dev/pending-reason"]'
+    - key: '@PENDING@'
       operator: DoesNotExist
   delay:
     durationMilliseconds: 100
@@ -245,9 +417,14 @@ spec:
       startTime: {{ $now | Quote }}
 "#;
 
-/// A running pod that does not restart in place ends after its duration, with its scripted
-/// exit code: the value for its replica index, else the `*` value, else a plain value, else 0.
+/// A running pod whose run does not restart in place ends after its duration, with its
+/// scripted exit code and reason (each the value for its replica index, else the `*` value,
+/// else a plain value), or fails as a whole with its `pod-reason`.
 fn pod_ended() -> String {
+    let duration = pick_jq(DURATION, Some(&format!("{DEFAULT_DURATION_MS}ms")));
+    let ending = ending_template();
+    let message = pod_message_template();
+    let fate = fate_jq();
     format!(
         r#"apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -264,30 +441,20 @@ spec:
     - key: '.status.phase'
       operator: In
       values: ["Running"]
-    - key: '.spec.restartPolicy'
+    - key: '{fate}'
       operator: In
-      values: ["Never"]
+      values: ["end"]
   delay:
     durationMilliseconds: {DEFAULT_DURATION_MS}
     durationFrom:
-      expressionFrom: '.metadata.annotations["sim.tfjob.dev/duration"]'
+      expressionFrom: '{duration}'
   next:
     statusTemplate: |
       {{{{ $now := Now }}}}
-      {{{{ $index := index (.metadata.labels | default dict) "training.kubeflow.org/replica-index" | default "" }}}}
-      {{{{ $script := index (.metadata.annotations | default dict) "sim.tfjob.dev/exit-code" | default "" }}}}
-      {{{{ $exact := "" }}}}{{{{ $any := "" }}}}{{{{ $plain := "" }}}}
-      {{{{ range splitList "," $script }}}}
-      {{{{ $entry := trim . }}}}
-      {{{{ if contains "=" $entry }}}}
-      {{{{ $key := trim (first (splitList "=" $entry)) }}}}
-      {{{{ $value := trim (last (splitList "=" $entry)) }}}}
-      {{{{ if eq $key $index }}}}{{{{ $exact = $value }}}}{{{{ else if eq $key "*" }}}}{{{{ $any = $value }}}}{{{{ end }}}}
-      {{{{ else if ne $entry "" }}}}{{{{ $plain = $entry }}}}{{{{ end }}}}
-      {{{{ end }}}}
-      {{{{ $code := $exact | default $any | default $plain | default "0" }}}}
-      {{{{ $failed := ne $code "0" }}}}
-      {{{{ $reason := index (.metadata.annotations | default dict) "sim.tfjob.dev/terminated-reason" | default (ternary "Error" "Completed" $failed) }}}}
+      {ending}
+      {message}
+      {{{{ $failed := or (ne $code "0") (ne $podReason "") }}}}
+      {{{{ $reason := $scriptedReason | default (ternary "Error" "Completed" $failed) }}}}
       conditions:
       - type: Initialized
         status: "True"
@@ -301,12 +468,13 @@ spec:
         reason: PodCompleted
         lastTransitionTime: {{{{ $now | Quote }}}}
       containerStatuses:
-      {{{{ range .spec.containers }}}}
+      {{{{ range .status.containerStatuses }}}}
       - name: {{{{ .name | Quote }}}}
         image: {{{{ .image | Quote }}}}
         ready: false
-        restartCount: 0
+        restartCount: {{{{ .restartCount }}}}
         started: false
+        {{{{ if .lastState }}}}lastState: {{{{ .lastState | toJson }}}}{{{{ end }}}}
         state:
           terminated:
             exitCode: {{{{ atoi $code }}}}
@@ -314,6 +482,65 @@ spec:
             finishedAt: {{{{ $now | Quote }}}}
       {{{{ end }}}}
       phase: {{{{ ternary "Failed" "Succeeded" $failed }}}}
+      {{{{ if ne $podReason "" }}}}reason: {{{{ $podReason | Quote }}}}
+      message: {{{{ $podMessage | Quote }}}}{{{{ end }}}}
+"#
+    )
+}
+
+/// A running pod whose run restarts in place (`Always`, or `OnFailure` after a failure) has
+/// its containers restarted after its duration: their restart count up by one, the run that
+/// ended as their last state, running again.
+fn container_restarted() -> String {
+    let duration = pick_jq(DURATION, Some(&format!("{DEFAULT_DURATION_MS}ms")));
+    let ending = ending_template();
+    let fate = fate_jq();
+    format!(
+        r#"apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: tfjob-container-restarted
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '{fate}'
+      operator: In
+      values: ["restart"]
+  delay:
+    durationMilliseconds: {DEFAULT_DURATION_MS}
+    durationFrom:
+      expressionFrom: '{duration}'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {ending}
+      {{{{ $reason := $scriptedReason | default (ternary "Error" "Completed" (ne $code "0")) }}}}
+      containerStatuses:
+      {{{{ range .status.containerStatuses }}}}
+      - name: {{{{ .name | Quote }}}}
+        image: {{{{ .image | Quote }}}}
+        ready: true
+        restartCount: {{{{ add1 .restartCount }}}}
+        started: true
+        lastState:
+          terminated:
+            exitCode: {{{{ atoi $code }}}}
+            reason: {{{{ $reason | Quote }}}}
+            startedAt: {{{{ .state.running.startedAt | Quote }}}}
+            finishedAt: {{{{ $now | Quote }}}}
+        state:
+          running:
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: Running
 "#
     )
 }
@@ -337,6 +564,23 @@ spec:
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pick_falls_back_to_its_default_or_to_null() {
+        assert!(pick_jq(DURATION, Some("3000ms")).ends_with(r#""3000ms"] | .[0]"#));
+        assert!(pick_jq(PENDING_REASON, None).ends_with("null] | .[0]"));
+        let template = pick_template("code", EXIT_CODE, "0");
+        assert!(
+            template.contains(r#""sim.tfjob.dev/exit-code""#),
+            "{template}"
+        );
+        assert!(
+            template.ends_with(
+                r#"{{ $code := $codeExact | default $codeAny | default $codePlain | default "0" }}"#
+            ),
+            "{template}"
+        );
+    }
+
     use super::*;
 
     #[test]
@@ -359,12 +603,13 @@ mod tests {
     }
 
     #[test]
-    fn the_configuration_is_five_stages() {
+    fn the_configuration_is_six_stages() {
         let config = configuration();
-        assert_eq!(config.matches("kind: Stage\n").count(), 5);
+        assert_eq!(config.matches("kind: Stage\n").count(), 6);
         assert!(config.contains("durationMilliseconds: 3000"), "{config}");
         // The format! escapes came out as the template's own braces.
         assert!(config.contains("{{ $now := Now }}"));
         assert!(!config.contains("{{{{"));
+        assert!(!config.contains('@'), "a placeholder left: {config}");
     }
 }

@@ -1,9 +1,9 @@
 //! `sim.tfjob.dev/fail-times`, which kwok's stages cannot play alone: they see one pod at a
 //! time, and "fail the first N runs of this replica, then succeed" needs the replica's history.
 //! [`RunLedger`] follows every pod through one `kubectl get pods --watch` and counts the runs of
-//! each replica (job, replica type, index; a pod outside a job by its name), as the embedded
-//! cluster's kubelet counts them; a pod whose run is past its replica's `fail-times` has its
-//! failure script cleared (exit code 0, no terminated or pending reason) before kwok ends it,
+//! each replica (job, replica type, index; a pod outside a job by its name), a pod or a restart
+//! of its containers in place each one run, as the embedded cluster's kubelet counts them; a pod whose run is past its replica's `fail-times` has its
+//! failure script cleared (exit code 0, no terminated, pending or pod reason) before kwok ends it,
 //! so that it runs clean. Which pods to clear is decided by [`Ledger::observe`], pure and
 //! tested alone.
 
@@ -52,13 +52,19 @@ impl Ledger {
                 .unwrap_or_default()
                 .to_owned()
         };
+        // A run is a pod, or a restart of its containers in place.
+        let restarts = pod
+            .pointer("/status/containerStatuses/0/restartCount")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let uid = text(Some(meta), "uid");
         let labels = meta.get("labels");
         let namespace = text(Some(meta), "namespace");
         let name = text(Some(meta), "name");
         let index = text(labels, REPLICA_INDEX);
         let fail_times = text(meta.get("annotations"), FAIL_TIMES);
-        if uid.is_empty() || fail_times.is_empty() || !self.seen.insert(uid) {
+        if uid.is_empty() || fail_times.is_empty() || !self.seen.insert(format!("{uid}/{restarts}"))
+        {
             return None;
         }
         let job = Some(text(labels, JOB_NAME))
@@ -200,6 +206,7 @@ fn run_clean(kubectl: &PathBuf, kubeconfig: &PathBuf, clear: &Clear) {
             "sim.tfjob.dev/exit-code=0",
             "sim.tfjob.dev/terminated-reason-",
             "sim.tfjob.dev/pending-reason-",
+            "sim.tfjob.dev/pod-reason-",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -234,6 +241,19 @@ mod tests {
             })
         );
         assert_eq!(ledger.observe(&pod("b", "j-worker-1", "1", "1")), None);
+    }
+
+    #[test]
+    fn a_restart_in_place_is_a_run() {
+        let mut ledger = Ledger::default();
+        let mut run = pod("a", "j-worker-0", "0", "1");
+        assert!(ledger.observe(&run).is_none());
+        run["status"] = serde_json::json!({"containerStatuses": [{"restartCount": 1}]});
+        assert!(
+            ledger.observe(&run).is_some(),
+            "the second run of the same pod"
+        );
+        assert!(ledger.observe(&run).is_none(), "seen already");
     }
 
     #[test]

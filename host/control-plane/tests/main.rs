@@ -109,7 +109,7 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
     plane
         .kubectl_apply(&pod(
             "other-index",
-            serde_json::json!({"sim.tfjob.dev/duration": "1s", "sim.tfjob.dev/exit-code": "0=137,*=1"}),
+            serde_json::json!({"sim.tfjob.dev/duration": "0=90s, *=1s", "sim.tfjob.dev/exit-code": "0=137,*=1"}),
             serde_json::json!({"training.kubeflow.org/replica-index": "3"}),
         ))
         .unwrap();
@@ -118,6 +118,14 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
             "bad-image",
             serde_json::json!({"sim.tfjob.dev/duration": "1s", "sim.tfjob.dev/pending-reason": "InvalidImageName"}),
             serde_json::json!({}),
+        ))
+        .unwrap();
+    // Durations per replica index: this one runs 90 s, past every other pod here.
+    plane
+        .kubectl_apply(&pod(
+            "slow",
+            serde_json::json!({"sim.tfjob.dev/duration": "5=90s,*=1s"}),
+            serde_json::json!({"training.kubeflow.org/replica-index": "5"}),
         ))
         .unwrap();
     let ended = |name: &str| {
@@ -167,6 +175,11 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
     kubectl(&plane, &["delete", "pod", "retried", "--wait=true"]);
     plane.kubectl_apply(&retried()).unwrap();
     assert!(ended("retried").ends_with(" Succeeded 0 Completed"));
+    let slow = kubectl(
+        &plane,
+        &["get", "pod", "slow", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(slow, "Running", "its index's duration, not another's");
     // A pod scripted to wait stays Pending with its containers waiting for that reason, while
     // the others have run and ended.
     let waiting = kubectl(
@@ -176,10 +189,13 @@ fn pods_are_scheduled_by_the_real_scheduler_and_end_as_scripted_on_kwok_nodes() 
             "pod",
             "bad-image",
             "-o",
-            "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}: {.status.containerStatuses[0].state.waiting.message}",
         ],
     );
-    assert_eq!(waiting, "Pending InvalidImageName");
+    assert_eq!(
+        waiting,
+        "Pending InvalidImageName: Failed to apply default image tag \"tensorflow/tensorflow:2.16.1\": couldn't parse image name \"tensorflow/tensorflow:2.16.1\": invalid reference format"
+    );
     // The scheduler's own event says where it bound the pod.
     let events = kubectl(
         &plane,

@@ -71,7 +71,7 @@ pub fn cluster_with(options: ClusterOptions) -> Cluster {
 /// Starts the real control plane with `deploy/` installed and the operator with the default
 /// Wasm policies running as `deploy/`'s ServiceAccount.
 pub fn real_cluster() -> Cluster {
-    let real = super::real::RealCluster::start();
+    let real = super::real::RealCluster::start(super::default_policies());
     let dir = tempfile::tempdir().unwrap();
     Cluster {
         kubeconfig: real.kubeconfig().to_owned(),

@@ -7,12 +7,14 @@
 //! runs on `up`'s embedded cluster and here.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tfjob_control_plane::{ControlPlane, NodeSpec, Options};
 use tfjob_operator::api_metrics::ApiMetrics;
 use tfjob_operator::operator::OperatorConfig;
+use tfjob_operator::policy_setup::Policies;
 
 use super::kubectl::repo;
 
@@ -22,8 +24,10 @@ const ESTABLISHED_WITHIN: Duration = Duration::from_secs(60);
 /// A control plane with `deploy/` installed and the operator running on it. Dropping it stops
 /// the operator, then the control plane.
 pub struct RealCluster {
-    // Dropped first: the operator's runtime, which ends its task.
-    runtime: tokio::runtime::Runtime,
+    /// The administrator's client, on [`RealCluster::runtime`].
+    pub client: kube::Client,
+    // Dropped first among what holds processes: the operator's runtime, which ends its task.
+    pub runtime: tokio::runtime::Runtime,
     stop: tokio::sync::watch::Sender<bool>,
     pub plane: ControlPlane,
 }
@@ -41,8 +45,8 @@ fn admin(plane: &ControlPlane, args: &[&str]) -> String {
 
 impl RealCluster {
     /// Starts a control plane of four roomy nodes (64 cpus and 256 GiB each, as the embedded
-    /// cluster's test kubelet), installs `deploy/` and starts the operator.
-    pub fn start() -> RealCluster {
+    /// cluster's test kubelet), installs `deploy/` and starts the operator with `policies`.
+    pub fn start(policies: Arc<Policies>) -> RealCluster {
         let plane = ControlPlane::start(Options {
             nodes: vec![
                 NodeSpec {
@@ -69,7 +73,13 @@ impl RealCluster {
         let kubeconfig = service_account_kubeconfig(&plane);
         let runtime = super::runtime();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        runtime.block_on(async {
+        let client = runtime.block_on(async {
+            let admin = Kubeconfig::read_from(plane.kubeconfig())
+                .expect("the administrator's kubeconfig reads");
+            let admin = kube::Config::from_custom_kubeconfig(admin, &KubeConfigOptions::default())
+                .await
+                .expect("the administrator's kubeconfig loads");
+            let admin = kube::Client::try_from(admin).expect("the administrator's client");
             let config =
                 kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                     .await
@@ -85,7 +95,6 @@ impl RealCluster {
                 api_metrics,
                 ..OperatorConfig::default()
             };
-            let policies = super::default_policies();
             tokio::spawn(async move {
                 let result = tfjob_operator::operator::run(client, config, &policies, async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
@@ -95,8 +104,10 @@ impl RealCluster {
                     eprintln!("the operator stopped with an error: {e}");
                 }
             });
+            admin
         });
         RealCluster {
+            client,
             runtime,
             stop,
             plane,
