@@ -38,7 +38,7 @@ fn install_kueue_crds(cluster: &Cluster) {
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let crd: Value = serde_yaml_ng::from_str(&text).unwrap();
-        tfjob_cluster::storage::crd::install(cluster.cluster.store(), crd)
+        tfjob_cluster::storage::crd::install(cluster.embedded().store(), crd)
             .unwrap_or_else(|e| panic!("{plural}: {}", e.message));
     }
 }

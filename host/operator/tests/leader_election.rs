@@ -171,17 +171,28 @@ fn succeeded(c: &Cluster, names: &[String]) {
 }
 
 #[test]
-fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_duration() {
+fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_duration_on_up() {
     let _serial = serial();
-    let c = Cluster::start(|_| {});
-    let (leader, standby) = leader_and_standby(&c);
+    only_the_leader_reconciles_and_a_killed_leader_is_replaced(&Cluster::start(|_| {}));
+}
+
+/// The same on the real control plane, the replicas running as `deploy/`'s ServiceAccount.
+#[test]
+fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_duration_on_real_control_plane()
+ {
+    let _serial = serial();
+    only_the_leader_reconciles_and_a_killed_leader_is_replaced(&Cluster::start_real());
+}
+
+fn only_the_leader_reconciles_and_a_killed_leader_is_replaced(c: &Cluster) {
+    let (leader, standby) = leader_and_standby(c);
 
     // Restarts under the first leader: each job's workers fail once and are recreated.
     let before: Vec<String> = (0..3).map(|i| format!("before-{i}")).collect();
     for name in &before {
         c.submit_manifest(failing_once(name, "500ms"));
     }
-    succeeded(&c, &before);
+    succeeded(c, &before);
     assert_eq!(
         standby.reconciles(),
         0.0,
@@ -196,7 +207,7 @@ fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_d
     }
     for name in &after {
         eventually(&format!("{name} has its pods"), || {
-            (pods_of(&c, name) == 2).then_some(())
+            (pods_of(c, name) == 2).then_some(())
         });
     }
     leader.kill();
@@ -207,10 +218,10 @@ fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_d
         takeover <= LEASE + Duration::from_secs(1),
         "the standby took {takeover:?} to lead after the leader was killed (lease {LEASE:?})"
     );
-    succeeded(&c, &after);
+    succeeded(c, &after);
     for name in before.iter().chain(&after) {
         assert_eq!(
-            restart_count(&c, name),
+            restart_count(c, name),
             2,
             "{name}: each of its two workers restarted once, counted once"
         );
@@ -219,12 +230,21 @@ fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease_d
 }
 
 #[test]
-fn a_graceful_stop_hands_over_within_two_seconds() {
+fn a_graceful_stop_hands_over_within_two_seconds_on_up() {
     let _serial = serial();
-    let c = Cluster::start(|_| {});
-    let (leader, standby) = leader_and_standby(&c);
+    a_graceful_stop_hands_over_within_two_seconds(&Cluster::start(|_| {}));
+}
+
+#[test]
+fn a_graceful_stop_hands_over_within_two_seconds_on_real_control_plane() {
+    let _serial = serial();
+    a_graceful_stop_hands_over_within_two_seconds(&Cluster::start_real());
+}
+
+fn a_graceful_stop_hands_over_within_two_seconds(c: &Cluster) {
+    let (leader, standby) = leader_and_standby(c);
     c.submit(NS, "first");
-    succeeded(&c, &["first".to_owned()]);
+    succeeded(c, &["first".to_owned()]);
 
     leader.terminate();
     let handover = until_leading(&standby);
@@ -233,7 +253,7 @@ fn a_graceful_stop_hands_over_within_two_seconds() {
         "a graceful stop took {handover:?} to hand over"
     );
     c.submit(NS, "second");
-    succeeded(&c, &["second".to_owned()]);
+    succeeded(c, &["second".to_owned()]);
 }
 
 #[test]

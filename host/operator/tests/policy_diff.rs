@@ -111,7 +111,7 @@ fn a_candidate_is_compared_with_the_live_policies_without_writing_anything() {
         .expect("the namespace is labelled");
     let version = labelled.metadata.resource_version.unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let store = std::sync::Arc::clone(c.cluster.store());
+    let store = std::sync::Arc::clone(c.embedded().store());
     let before = store.resource_version();
 
     let (wasm, manifest) = candidate(

@@ -249,7 +249,7 @@ fn the_operator_serves_the_standard_controller_metrics_and_the_dashboards_querie
     let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let c = Cluster::start(|_| {});
     let rt = &c.runtime;
-    let cluster = &c.cluster;
+    let cluster = c.embedded();
     let client = c.client();
 
     // A decoration policy that traps in every call, ignored on failure: pods are still made,

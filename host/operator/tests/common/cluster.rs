@@ -1,5 +1,6 @@
-//! The embedded cluster started without its operator, and `tfjob-operator run` processes
-//! against it: what the tests of `run`'s flags and of leader election share.
+//! The embedded cluster started without its operator, or the real control plane with `deploy/`
+//! installed, and `tfjob-operator run` processes against it: what the tests of `run`'s flags and
+//! of leader election share.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -15,10 +16,19 @@ use tfjob_policy_engine::SandboxLimits;
 
 use super::{Killed, http_get};
 
-/// The embedded cluster without its operator.
+/// What a [`Cluster`] runs on.
+enum Backend {
+    Up(Box<EmbeddedCluster>),
+    Real(Box<tfjob_control_plane::ControlPlane>),
+}
+
+/// A cluster without an operator, for `run` processes.
 pub struct Cluster {
+    client: Client,
+    backend: Backend,
     pub runtime: tokio::runtime::Runtime,
-    pub cluster: EmbeddedCluster,
+    /// What the operator processes use: the administrator's on `up`, `deploy/`'s ServiceAccount
+    /// on the real control plane.
     pub kubeconfig: std::path::PathBuf,
     /// A temporary directory for the test's files (the kubeconfig is written there).
     pub dir: tempfile::TempDir,
@@ -46,15 +56,53 @@ impl Cluster {
         let kubeconfig = dir.path().join("kubeconfig");
         cluster.write_kubeconfig(&kubeconfig).unwrap();
         Cluster {
+            client: cluster.client(),
+            backend: Backend::Up(Box::new(cluster)),
             runtime,
-            cluster,
             kubeconfig,
             dir,
         }
     }
 
+    /// The real control plane with `deploy/`'s CRD and standalone overlay installed; the
+    /// operator processes run as `deploy/`'s ServiceAccount.
+    pub fn start_real() -> Cluster {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let plane = super::real::installed();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig =
+            super::real::service_account_kubeconfig(&plane, dir.path(), plane.server());
+        let client = runtime.block_on(async {
+            let admin = kube::config::Kubeconfig::read_from(plane.kubeconfig()).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(admin, &Default::default())
+                .await
+                .unwrap();
+            Client::try_from(config).unwrap()
+        });
+        Cluster {
+            client,
+            backend: Backend::Real(Box::new(plane)),
+            runtime,
+            kubeconfig,
+            dir,
+        }
+    }
+
+    /// The embedded cluster, for a test that reaches into it.
+    pub fn embedded(&self) -> &EmbeddedCluster {
+        match &self.backend {
+            Backend::Up(cluster) => cluster,
+            Backend::Real(_) => panic!("this test runs on up's embedded cluster only"),
+        }
+    }
+
+    /// The administrator's client.
     pub fn client(&self) -> Client {
-        self.cluster.client()
+        self.client.clone()
     }
 
     /// Creates the namespaces `names` (those that exist already stay as they are).
@@ -143,7 +191,7 @@ impl Cluster {
 
     /// Requests the operator's client made so far.
     pub fn operator_requests(&self) -> u64 {
-        self.cluster
+        self.embedded()
             .requests()
             .snapshot()
             .agents
