@@ -206,6 +206,18 @@ pub fn nodes_manifest(nodes: &[NodeSpec]) -> String {
         .enumerate()
         .map(|(i, node)| {
             let name = format!("kwok-node-{i}");
+            // As the embedded cluster labels its nodes; a node with GPUs says so, as NVIDIA's
+            // feature discovery labels one.
+            let mut labels = serde_json::json!({
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "sim",
+                "type": "kwok",
+            });
+            if node.gpus > 0 {
+                labels["nvidia.com/gpu.present"] = "true".into();
+            }
             serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -218,12 +230,7 @@ pub fn nodes_manifest(nodes: &[NodeSpec]) -> String {
                         "sim.tfjob.dev/gpus": node.gpus.to_string(),
                         "sim.tfjob.dev/pods": node.pods.to_string(),
                     },
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64",
-                        "type": "kwok",
-                    },
+                    "labels": labels,
                 },
             })
         })

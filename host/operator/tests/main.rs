@@ -4,6 +4,7 @@
 //! binary links it once. Run one area with a module filter, e.g.
 //! `cargo test -p tfjob-operator --test integration cel_policies::`.
 
+mod cel_live;
 mod cel_policies;
 mod cli;
 mod common;

@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tfjob_api::TFJob;
 
+use common::Kubectl as _;
 use common::up::Up;
 
 const NAMESPACE: &str = "default";

@@ -1,14 +1,16 @@
 //! `tfjob-operator up`, run as a newcomer runs it: the whole embedded cluster in one process.
 //! `--demo` must submit the examples, show them to the end and exit with a summary; a bad
 //! `--faults` file must be refused, naming the field; the walk-through of the default policies
-//! that read the cluster (`docs/policies.md`) works as written, through kubectl; and a CEL
-//! policy is applied, edited and broken with kubectl alone.
+//! that read the cluster (`docs/policies.md`) works as written, through kubectl. (A CEL policy
+//! applied, edited and broken with kubectl alone, on `up` and on the real control plane, is
+//! `cel_live`.)
 
 use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::Kubectl as _;
 use common::repo;
 use common::up::Up;
 
@@ -422,135 +424,4 @@ fn up_lets_a_job_wait_for_a_declared_node_pool() {
     assert!(!state.contains("Failed"), "{state}");
     let phase = in_vision(&up, "pod/too-big-worker-0", "{.status.phase}");
     assert_eq!(phase, "Pending");
-}
-
-/// A TFJob of one worker asking for a GPU, in `default`.
-fn one_gpu_worker(name: &str) -> String {
-    format!(
-        "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: {name}\n  namespace: default\n\
-         spec:\n  tfReplicaSpecs:\n    Worker:\n      replicas: 1\n      restartPolicy: Never\n      \
-         template:\n        spec:\n          containers:\n          - name: tensorflow\n            \
-         image: kubeflow/tf-dist-mnist-test:latest\n            resources:\n              limits:\n                \
-         nvidia.com/gpu: 1\n"
-    )
-}
-
-/// `jsonpath` of the worker pod of job `name`, once the pod exists.
-fn worker_pod(up: &Up, name: &str, jsonpath: &str) -> String {
-    let pod = format!("pod/{name}-worker-0");
-    up.kubectl_until(STATE_WITHIN, &["get", &pod, "-o", "name"], |out| {
-        out.trim() == pod
-    });
-    up.kubectl(&["get", &pod, "-o", &format!("jsonpath={jsonpath}")])
-}
-
-/// The state recorded on the CEL ConfigMap, once it is about the version `kubectl apply` made.
-fn cel_status(up: &Up, resource_version: &str) -> serde_json::Value {
-    let status = up.kubectl_until(
-        STATE_WITHIN,
-        &[
-            "-n",
-            "tfjob-system",
-            "get",
-            "configmap",
-            "tfjob-policy-gpu-placement",
-            "-o",
-            "jsonpath={.metadata.annotations.policy\\.tfjob\\.dev/status}",
-        ],
-        |text| {
-            serde_json::from_str::<serde_json::Value>(text)
-                .is_ok_and(|s| s["resourceVersion"] == resource_version)
-        },
-    );
-    serde_json::from_str(&status).unwrap()
-}
-
-/// Applies `configmap` with kubectl; returns the version it made (the operator's status
-/// annotation makes the next one).
-fn apply_configmap(up: &Up, configmap: &str) -> String {
-    up.kubectl_with(
-        &[
-            "apply",
-            "-f",
-            "-",
-            "-o",
-            "jsonpath={.metadata.resourceVersion}",
-        ],
-        Some(configmap),
-    )
-}
-
-/// The CEL example of `deploy/examples/cel`, through kubectl only: applied, it places the next
-/// GPU pods on GPU nodes with the taint tolerated; edited, the edit serves the next pods; a
-/// broken edit is `Rejected` naming the expression with a caret under the position, and the
-/// version before it keeps serving.
-#[test]
-fn up_runs_a_cel_policy_applied_edited_and_broken_with_kubectl() {
-    let dir = tempfile::tempdir().unwrap();
-    let up = Up::start_as_users_do(&["--nodes", "1", "--gpus-per-node", "2"], dir.path());
-    let example =
-        std::fs::read_to_string(repo("deploy/examples/cel/policies/gpu-placement.yaml")).unwrap();
-
-    let started = std::time::Instant::now();
-    let version = apply_configmap(&up, &example);
-    let status = cel_status(&up, &version);
-    println!(
-        "the CEL policy was Active {:?} after kubectl apply",
-        started.elapsed()
-    );
-    assert_eq!(status["state"], "Active", "{status}");
-    up.kubectl_with(&["apply", "-f", "-"], Some(&one_gpu_worker("first")));
-    let placement = worker_pod(&up, "first", "{.spec.nodeSelector}{.spec.tolerations}");
-    assert!(
-        placement.contains(r#""nvidia.com/gpu.present":"true""#),
-        "{placement}"
-    );
-    assert!(
-        placement.contains(r#""key":"nvidia.com/gpu""#),
-        "{placement}"
-    );
-
-    // An edit: the pods are labelled too.
-    let placed = "Object{spec: Object.spec{nodeSelector: {'nvidia.com/gpu.present': 'true'}}}";
-    assert!(example.contains(placed), "{example}");
-    let labelled = placed.replace(
-        "Object{spec:",
-        "Object{metadata: Object.metadata{labels: {'placement': 'cel-v2'}}, spec:",
-    );
-    let started = std::time::Instant::now();
-    let version = apply_configmap(&up, &example.replace(placed, &labelled));
-    let status = cel_status(&up, &version);
-    println!(
-        "the edit was Active {:?} after kubectl apply",
-        started.elapsed()
-    );
-    assert_eq!(status["state"], "Active", "{status}");
-    up.kubectl_with(&["apply", "-f", "-"], Some(&one_gpu_worker("second")));
-    let label = worker_pod(&up, "second", "{.metadata.labels.placement}");
-    assert_eq!(label, "cel-v2");
-
-    // A broken edit: the brace that closes the configuration is missing.
-    let broken = labelled.trim_end_matches('}').to_owned() + "}}";
-    let version = apply_configmap(&up, &example.replace(placed, &broken));
-    let status = cel_status(&up, &version);
-    assert_eq!(status["state"], "Rejected", "{status}");
-    let error = status["error"].as_str().unwrap();
-    assert!(error.starts_with("data key policy.cel.yaml: "), "{error}");
-    assert!(
-        error.contains("mutations[1].applyConfiguration.expression"),
-        "{error}"
-    );
-    assert!(error.contains('^'), "{error}");
-    let events = up.kubectl(&[
-        "-n",
-        "tfjob-system",
-        "get",
-        "events",
-        "-o",
-        "jsonpath={.items[*].reason}",
-    ]);
-    assert!(events.contains("PolicyRejected"), "{events}");
-    up.kubectl_with(&["apply", "-f", "-"], Some(&one_gpu_worker("third")));
-    let label = worker_pod(&up, "third", "{.metadata.labels.placement}");
-    assert_eq!(label, "cel-v2", "the version before the broken edit serves");
 }

@@ -174,6 +174,45 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)>
     Some((status, body))
 }
 
+/// kubectl against some cluster, as a user types it: the commands the end-to-end tests share
+/// whichever cluster they run on.
+pub trait Kubectl {
+    /// Runs kubectl; `stdin` is fed to it (`apply -f -`).
+    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output;
+
+    /// Runs kubectl and returns its stdout, failing the test on a non-zero exit (warnings on
+    /// stderr are kubectl's to print).
+    fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_with(args, None)
+    }
+
+    /// [`Kubectl::kubectl`] with `stdin` fed to it.
+    fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(args, stdin);
+        expect_exit_zero(&out, &format!("kubectl {args:?}"))
+    }
+
+    /// Polls `kubectl args` until its output satisfies `done`, for `limit` at most; a failure
+    /// shows what kubectl printed last.
+    fn kubectl_until(&self, limit: Duration, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let out = self.kubectl_output(args, None);
+            let printed = text(&out.stdout);
+            if out.status.success() && done(&printed) {
+                return printed;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "kubectl {args:?} never reached the expected state within {limit:?}; last: {}{}",
+                printed,
+                text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
 /// A child process (the operator), killed when the test ends.
 pub struct Killed(pub std::process::Child);
 

@@ -213,3 +213,9 @@ pub fn finished(plane: &ControlPlane, name: &str) -> String {
         matches!(last.as_str(), "Succeeded" | "Failed").then_some(last)
     })
 }
+
+impl super::Kubectl for ControlPlane {
+    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        super::run(self.kubectl(args), stdin, Duration::from_secs(60))
+    }
+}

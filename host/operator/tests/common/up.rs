@@ -94,53 +94,6 @@ impl Up {
         Client::try_from(config).expect("a client")
     }
 
-    /// Runs kubectl against the cluster; `stdin` is fed to it (`apply -f -`).
-    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-        let mut cmd = Command::new("kubectl");
-        cmd.args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", &self.cache)
-            .env_remove("KUBERNETES_SERVICE_HOST");
-        super::run(cmd, stdin, Duration::from_secs(60))
-    }
-
-    /// Runs kubectl and returns its stdout, failing the test on a non-zero exit (warnings on
-    /// stderr are kubectl's to print).
-    pub fn kubectl(&self, args: &[&str]) -> String {
-        self.kubectl_with(args, None)
-    }
-
-    /// [`Up::kubectl`] with `stdin` fed to it.
-    pub fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let out = self.kubectl_output(args, stdin);
-        super::expect_exit_zero(&out, &format!("kubectl {args:?}"))
-    }
-
-    /// Polls `kubectl args` until its output satisfies `done`, for `limit` at most; a failure
-    /// shows what kubectl printed last.
-    pub fn kubectl_until(
-        &self,
-        limit: Duration,
-        args: &[&str],
-        done: impl Fn(&str) -> bool,
-    ) -> String {
-        let started = Instant::now();
-        loop {
-            let out = self.kubectl_output(args, None);
-            let text = super::text(&out.stdout);
-            if out.status.success() && done(&text) {
-                return text;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "kubectl {args:?} never reached the expected state within {limit:?}; last: {}{}",
-                text,
-                super::text(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
     /// Kills the process (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -151,5 +104,16 @@ impl Up {
 impl Drop for Up {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+impl super::Kubectl for Up {
+    fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", &self.cache)
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        super::run(cmd, stdin, Duration::from_secs(60))
     }
 }
