@@ -8,6 +8,7 @@ mod admission;
 mod common;
 mod convergence;
 mod deploy_overlays;
+mod differential;
 mod gang_e2e;
 mod kubectl_e2e;
 mod kubeflow_examples;

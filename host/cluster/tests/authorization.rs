@@ -396,3 +396,72 @@ subjects:
             .unwrap();
     });
 }
+
+/// What users type to check their access: `kubectl auth can-i` (a SelfSubjectAccessReview)
+/// answers by the roles the admin applied, for `--as` too, and `--list` is refused as a real
+/// server without the rules review would; `kubectl auth whoami` (a SelfSubjectReview) names the
+/// user and groups the server authenticated.
+#[test]
+fn kubectl_auth_can_i_and_whoami_answer_by_the_applied_roles() {
+    let c = start();
+    let admin = c.admin();
+    c.ok(&admin, &["create", "namespace", "ci"]);
+    let as_builder = format!("--as={BUILDER}");
+    let can_i = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        let out = c.kubectl(&admin, &all, None);
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            matches!(answer.as_str(), "yes" | "no"),
+            "kubectl {all:?}: {answer}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        answer
+    };
+    assert_eq!(can_i(&["create", "tfjobs.kubeflow.org", "-n", "ci"]), "yes");
+    assert_eq!(can_i(&["get", "configmaps", "-n", "ci", &as_builder]), "no");
+    c.apply(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: config-reader, namespace: ci}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: builder-reads-config, namespace: ci}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: config-reader}
+subjects:
+- {kind: ServiceAccount, name: builder, namespace: ci}
+"#,
+    );
+    assert_eq!(
+        can_i(&["get", "configmaps", "-n", "ci", &as_builder]),
+        "yes"
+    );
+    assert_eq!(
+        can_i(&["delete", "configmaps", "-n", "ci", &as_builder]),
+        "no"
+    );
+    assert_eq!(
+        can_i(&["get", "configmaps", "-n", "default", &as_builder]),
+        "no"
+    );
+
+    let me = c.ok(&admin, &["auth", "whoami", "-o", "json"]);
+    let me: serde_json::Value = serde_json::from_str(&me).unwrap();
+    assert!(
+        me["status"]["userInfo"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("system:masters")),
+        "{me}"
+    );
+    let builder = c.ok(&admin, &["auth", "whoami", "-o", "json", &as_builder]);
+    let builder: serde_json::Value = serde_json::from_str(&builder).unwrap();
+    assert_eq!(builder["status"]["userInfo"]["username"], BUILDER);
+}

@@ -115,6 +115,14 @@ impl Cluster {
         }
     }
 
+    /// A client as the administrator, and the runtime to drive it on.
+    pub fn admin_client(&self) -> (kube::Client, &tokio::runtime::Runtime) {
+        match &self.backend {
+            Backend::Up(up) => (up.cluster.client(), &up.runtime),
+            Backend::Real(real) => (real.client.clone(), &real.runtime),
+        }
+    }
+
     /// Whether this is the real control plane.
     pub fn is_real(&self) -> bool {
         matches!(self.backend, Backend::Real(_))

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::admission::owner_refs;
 use crate::auth::rbac::{Attributes, Decision, Policy, ResourceAttributes, UserInfo};
+use crate::auth::self_review;
 use crate::auth::tokens::{Tokens, Unauthenticated};
 use crate::http::requests::{self, Denial, RequestStats};
 use crate::http::respond::json_response;
@@ -33,6 +34,8 @@ use crate::storage::store::Store;
 
 /// Largest body read to check its owner references (the largest the server takes).
 const MAX_CHECKED_BODY: usize = 64 << 20;
+/// Largest review read: one names a handful of short strings.
+const MAX_REVIEW_BODY: usize = 64 << 10;
 
 /// Who may use the server: the tokens it accepts and whether it authorizes by RBAC.
 #[derive(Clone, Debug, Default)]
@@ -170,6 +173,14 @@ pub(crate) async fn middleware(
             );
         }
     };
+    if request.method() == Method::POST
+        && matches!(
+            request.uri().path(),
+            self_review::ACCESS_REVIEW_PATH | self_review::SELF_REVIEW_PATH
+        )
+    {
+        return review(&server, &user, request).await;
+    }
     if !access.authorize || user.in_group(crate::auth::rbac::MASTERS) {
         return next.run(request).await;
     }
@@ -229,6 +240,49 @@ pub(crate) async fn middleware(
         }
         None => next.run(request).await,
     }
+}
+
+/// Answers a review the user asks about themselves (`kubectl auth can-i`, `kubectl auth
+/// whoami`): `201` with the answer, `400` naming what is wrong with the review.
+async fn review(server: &Gate, user: &UserInfo, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_REVIEW_BODY).await else {
+        return json_response(
+            413,
+            &crate::error::ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("a review is at most {MAX_REVIEW_BODY} bytes"),
+            )
+            .status(),
+        );
+    };
+    let bad = |message: String| {
+        json_response(400, &crate::error::ApiError::bad_request(message).status())
+    };
+    if path == self_review::SELF_REVIEW_PATH {
+        return json_response(201, &self_review::self_review_answer(user));
+    }
+    let Some(asked) = body_object(&parts.headers, &bytes) else {
+        return bad("the SelfSubjectAccessReview is not a JSON object".to_owned());
+    };
+    let attributes = match self_review::access_review_attributes(&asked) {
+        Ok(attributes) => attributes,
+        Err(e) => {
+            return bad(format!(
+                "SelfSubjectAccessReview.authorization.k8s.io is invalid: {e}"
+            ));
+        }
+    };
+    let decision = server
+        .access
+        .authorize
+        .then(|| authorize(&server.store, user, &attributes));
+    json_response(
+        201,
+        &self_review::access_review_answer(asked, decision.as_ref()),
+    )
 }
 
 /// The object of a JSON or protobuf body; `None` when it is neither, which the handler then

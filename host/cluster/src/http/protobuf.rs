@@ -1,7 +1,7 @@
 //! Kubernetes protobuf bodies for the core types kubectl sends that way: `Namespace`,
 //! `ConfigMap`, `Secret`, `ServiceAccount` and `Service`, decoded into the JSON the store holds and
 //! encoded back for clients that ask for protobuf first; and the `TokenRequest` of `kubectl
-//! create token`, decoded only.
+//! create token` and the `SelfSubjectAccessReview` of `kubectl auth can-i`, decoded only.
 //!
 //! kubectl's typed commands (`kubectl create namespace|configmap|secret|serviceaccount|service`)
 //! send
@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_pb::api::authentication::v1 as authentication;
+use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
@@ -108,6 +109,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
         ("v1", "Service") => decoded::<core::Service>(&raw, &kind)?,
         ("authentication.k8s.io/v1", "TokenRequest") => {
             decoded::<authentication::TokenRequest>(&raw, &kind)?
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            decoded::<authorization::SelfSubjectAccessReview>(&raw, &kind)?
         }
         _ => return Err(ProtoError::Unsupported { api_version, kind }),
     };
@@ -388,6 +392,27 @@ message!(authentication::TokenRequestSpec {
 message!(authentication::BoundObjectReference {
     "kind" => kind,
     "name" => name,
+});
+message!(authorization::SelfSubjectAccessReview {
+    "metadata" => metadata(IfNotEmpty),
+    "spec" => spec(Always),
+});
+message!(authorization::SelfSubjectAccessReviewSpec {
+    "resourceAttributes" => resource_attributes,
+    "nonResourceAttributes" => non_resource_attributes,
+});
+message!(authorization::ResourceAttributes {
+    "namespace" => namespace,
+    "verb" => verb,
+    "group" => group,
+    "version" => version,
+    "resource" => resource,
+    "subresource" => subresource,
+    "name" => name,
+});
+message!(authorization::NonResourceAttributes {
+    "path" => path,
+    "verb" => verb,
 });
 
 impl<M: Object + Default> Field for Option<M> {

@@ -240,6 +240,8 @@ pub struct WriteOptions {
     pub dry_run: bool,
     pub field_manager: Option<String>,
     pub field_validation: Option<String>,
+    /// `force=true`: a server-side apply takes over the fields others own.
+    pub force: bool,
 }
 
 /// Which write the options are for, as the options kind is named in errors.
@@ -301,6 +303,7 @@ impl WriteOptions {
                 dry_run: q.get("dryRun").is_some(),
                 field_manager,
                 field_validation,
+                force: q.text("force") == Some("true"),
             })
         } else {
             Err(invalid_options(write.options_kind(), causes))

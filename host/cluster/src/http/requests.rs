@@ -171,8 +171,8 @@ pub fn agent(headers: &HeaderMap) -> String {
 }
 
 /// `2xx`, `4xx`, `5xx`, ...
-fn status_class(status: StatusCode) -> String {
-    format!("{}xx", status.as_u16() / 100)
+fn status_class(code: u16) -> String {
+    format!("{}xx", code / 100)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,7 +180,7 @@ struct Key {
     verb: Verb,
     group: String,
     resource: String,
-    class: String,
+    code: u16,
     agent: String,
 }
 
@@ -313,7 +313,7 @@ impl RequestStats {
             verb: info.verb,
             group: info.group.clone(),
             resource: info.resource.clone(),
-            class: status_class(status),
+            code: status.as_u16(),
             agent: agent.to_owned(),
         };
         *self.lock().entry(key).or_default() += 1;
@@ -352,13 +352,48 @@ impl RequestStats {
     }
 
     /// The counts now.
+    /// The counts in Prometheus' text format, as kube-apiserver's `/metrics` serves them:
+    /// `apiserver_request_total` by verb (its upper-case request verb: `LIST`, `POST`, ...),
+    /// group, resource, subresource and status code, over all clients.
+    pub fn prometheus(&self) -> String {
+        let mut totals: BTreeMap<(&'static str, String, String, String, u16), u64> =
+            BTreeMap::new();
+        for (k, n) in self.lock().iter() {
+            let (resource, subresource) = k
+                .resource
+                .split_once('/')
+                .map_or((k.resource.as_str(), ""), |(r, s)| (r, s));
+            *totals
+                .entry((
+                    request_verb(k.verb),
+                    k.group.clone(),
+                    resource.to_owned(),
+                    subresource.to_owned(),
+                    k.code,
+                ))
+                .or_default() += n;
+        }
+        let mut text = String::from(
+            "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, resource, subresource and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+        );
+        for ((verb, group, resource, subresource, code), n) in totals {
+            text.push_str(&format!(
+                "apiserver_request_total{{code=\"{code}\",group=\"{}\",resource=\"{}\",subresource=\"{}\",verb=\"{verb}\"}} {n}\n",
+                label(&group),
+                label(&resource),
+                label(&subresource),
+            ));
+        }
+        text
+    }
+
     pub fn snapshot(&self) -> RequestSnapshot {
         let counts = self.lock().clone();
         let mut requests: BTreeMap<(Verb, String, String), u64> = BTreeMap::new();
         let mut agents: BTreeMap<(String, Verb, String, String), u64> = BTreeMap::new();
         for (k, n) in counts {
             *requests
-                .entry((k.verb, k.resource.clone(), k.class))
+                .entry((k.verb, k.resource.clone(), status_class(k.code)))
                 .or_default() += n;
             *agents
                 .entry((k.agent, k.verb, k.group, k.resource))
@@ -388,9 +423,59 @@ impl RequestStats {
     }
 }
 
+/// The verb label kube-apiserver's request metrics give a request.
+fn request_verb(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Get => "GET",
+        Verb::List => "LIST",
+        Verb::Watch => "WATCH",
+        Verb::Create => "POST",
+        Verb::Update => "PUT",
+        Verb::Patch => "PATCH",
+        Verb::Delete | Verb::Deletecollection => "DELETE",
+    }
+}
+
+/// A label value escaped as Prometheus' text format wants it.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_metrics_count_by_verb_group_resource_subresource_and_code() {
+        let stats = RequestStats::new();
+        let uri = |u: &str| u.parse::<Uri>().unwrap();
+        let list = classify(&Method::GET, &uri("/api/v1/namespaces/a/pods")).unwrap();
+        let status = classify(
+            &Method::PUT,
+            &uri("/apis/kubeflow.org/v1/namespaces/a/tfjobs/j/status"),
+        )
+        .unwrap();
+        stats.record(&list, "kubectl", StatusCode::OK);
+        stats.record(&list, "tfjob-operator", StatusCode::OK);
+        stats.record(&status, "tfjob-operator", StatusCode::CONFLICT);
+        let text = stats.prometheus();
+        assert!(
+            text.contains("# TYPE apiserver_request_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"apiserver_request_total{code="200",group="",resource="pods",subresource="",verb="LIST"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"apiserver_request_total{code="409",group="kubeflow.org",resource="tfjobs",subresource="status",verb="PUT"} 1"#),
+            "{text}"
+        );
+        assert_eq!(label("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+    }
 
     fn info(method: Method, uri: &str) -> Option<(Verb, String)> {
         classify(&method, &uri.parse().unwrap()).map(|i| (i.verb, i.resource))

@@ -163,6 +163,7 @@ pub fn router(store: Arc<Store>, options: ServerOptions) -> Router {
         .route("/livez", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }))
         .route("/version", axum::routing::get(version))
+        .route("/metrics", axum::routing::get(metrics))
         .route("/openapi/v3", axum::routing::get(openapi_index))
         .route("/openapi/v3/{*path}", axum::routing::get(openapi_document))
         .merge(crate::http::debug::routes(Arc::clone(&hooks)))
@@ -230,6 +231,16 @@ pub async fn start_with(
         handle,
         options,
     })
+}
+
+/// `GET /metrics`: the request counts, as kube-apiserver's own metrics name them.
+async fn metrics(State(server): State<Arc<ApiServer>>) -> Response {
+    let mut response = Response::new(axum::body::Body::from(server.options.stats.prometheus()));
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
 }
 
 async fn openapi_index(State(server): State<Arc<ApiServer>>) -> Response {
@@ -778,7 +789,11 @@ fn patch(
                 }],
             ));
         };
-        Patch::Apply { body, manager }
+        Patch::Apply {
+            body,
+            manager,
+            force: options.force,
+        }
     } else if content_type.starts_with("application/strategic-merge-patch+json") {
         // Strategic merge needs the Go types' merge keys; custom resources have none, and a
         // real server refuses the patch type for them.

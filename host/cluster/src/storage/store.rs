@@ -27,6 +27,7 @@ use crate::admission::cel::SchemaRules;
 use crate::admission::defaults;
 use crate::error::{ApiError, StatusCause};
 use crate::storage::allocations::Allocations;
+use crate::storage::apply_conflicts;
 
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,8 +284,13 @@ pub enum Patch {
     Strategic(Value),
     /// JSON patch (RFC 6902).
     Json(json_patch::Patch),
-    /// Server-side apply: merge semantics, the field manager recorded, creates when missing.
-    Apply { body: Value, manager: String },
+    /// Server-side apply: merge semantics, the field manager recorded, creates when missing;
+    /// a field another applier owns is refused with a conflict unless `force` takes it over.
+    Apply {
+        body: Value,
+        manager: String,
+        force: bool,
+    },
 }
 
 /// What happens to an object's dependents (the objects whose ownerReferences name its uid)
@@ -1146,7 +1152,7 @@ impl Store {
         let mut inner = self.lock();
         let key = Self::key(t, ns, name);
         let Some(current) = inner.objects.get(&key).cloned() else {
-            if let Patch::Apply { body, manager } = patch {
+            if let Patch::Apply { body, manager, .. } = patch {
                 drop(inner);
                 let mut body = with_manager(body.clone(), &manager, &body);
                 meta_mut(&mut body).insert("name".into(), json!(name));
@@ -1179,7 +1185,20 @@ impl Store {
                     .map_err(|e| ApiError::invalid(format!("json patch: {e}")))?;
                 Precondition::None
             }
-            Patch::Apply { body, manager } => {
+            Patch::Apply {
+                body,
+                manager,
+                force,
+            } => {
+                let conflicts = apply_conflicts::conflicts(&next, &body, &manager);
+                if !conflicts.is_empty() {
+                    if !force {
+                        return Err(apply_conflicts::refusal(
+                            &conflicts, &t.plural, &t.group, name,
+                        ));
+                    }
+                    apply_conflicts::take_over(&mut next, &conflicts);
+                }
                 json_patch::merge(&mut next, &body);
                 next = with_manager(next, &manager, &body);
                 Precondition::None
