@@ -121,15 +121,18 @@ fn a_cel_policy_applied_edited_and_broken_with_kubectl(up: &impl Kubectl) {
         "{placement}"
     );
 
-    // An edit: the pods are labelled too.
-    let placed = "Object{spec: Object.spec{nodeSelector: {'nvidia.com/gpu.present': 'true'}}}";
-    assert!(example.contains(placed), "{example}");
-    let labelled = placed.replace(
-        "Object{spec:",
-        "Object{metadata: Object.metadata{labels: {'placement': 'cel-v2'}}, spec:",
-    );
+    // An edit: one more mutation, appended to the configuration (the ConfigMap's last key),
+    // labels the pods too.
+    assert!(example.trim_end().ends_with("'true'}}]"), "{example}");
+    let mutation = |expression: &str| {
+        format!(
+            "{}\n    - patchType: ApplyConfiguration\n      applyConfiguration:\n        expression: >-\n          {expression}\n",
+            example.trim_end()
+        )
+    };
+    let label_expression = "Object{metadata: Object.metadata{labels: {'placement': 'cel-v2'}}}";
     let started = std::time::Instant::now();
-    let version = apply_configmap(up, &example.replace(placed, &labelled));
+    let version = apply_configmap(up, &mutation(label_expression));
     let status = cel_status(up, &version);
     println!(
         "the edit was Active {:?} after kubectl apply",
@@ -141,14 +144,14 @@ fn a_cel_policy_applied_edited_and_broken_with_kubectl(up: &impl Kubectl) {
     assert_eq!(label, "cel-v2");
 
     // A broken edit: the brace that closes the configuration is missing.
-    let broken = labelled.trim_end_matches('}').to_owned() + "}}";
-    let version = apply_configmap(up, &example.replace(placed, &broken));
+    let broken = label_expression.trim_end_matches('}').to_owned() + "}}";
+    let version = apply_configmap(up, &mutation(&broken));
     let status = cel_status(up, &version);
     assert_eq!(status["state"], "Rejected", "{status}");
     let error = status["error"].as_str().unwrap();
     assert!(error.starts_with("data key policy.cel.yaml: "), "{error}");
     assert!(
-        error.contains("mutations[1].applyConfiguration.expression"),
+        error.contains("mutations[2].applyConfiguration.expression"),
         "{error}"
     );
     assert!(error.contains('^'), "{error}");

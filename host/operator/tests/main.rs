@@ -13,6 +13,7 @@ mod kueue_workloads;
 mod language_policies;
 mod leader_election;
 mod loaded_memory;
+mod mutating_admission_policy;
 mod policy_cli;
 mod policy_diff;
 mod policy_new;
