@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::kubectl::{Background, Cluster, example, repo};
+use common::kubectl::{Background, Cluster, example};
 
 crate::on_both_clusters! {
     kubectl_drives_a_job_through_restart_to_success_and_deletion,
@@ -130,7 +130,8 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates(c: &Cluster) 
     );
 
     // The operator's validation rejects a bad job at admission, naming the field.
-    let bad = repo("target").join("kubectl-e2e-invalid.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("kubectl-e2e-invalid.yaml");
     std::fs::write(
         &bad,
         "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: bad-job}\nspec:\n  tfReplicaSpecs:\n    Worker:\n      template: {spec: {containers: [{name: tensorflow}]}}\n",
@@ -143,7 +144,6 @@ fn kubectl_sees_policy_failures_admission_errors_and_watch_updates(c: &Cluster) 
         err.contains("spec.tfReplicaSpecs[Worker].template.spec.containers[0].image"),
         "{err}"
     );
-    let _ = std::fs::remove_file(bad);
     assert!(Path::new(&example("demo-retry.yaml")).exists());
 }
 
