@@ -49,3 +49,34 @@ pub enum Error {
     #[error("kubectl {args}: {reason}")]
     Kubectl { args: String, reason: String },
 }
+
+impl Error {
+    /// A component that exited at start because its address was taken meanwhile.
+    pub fn is_port_race(&self) -> bool {
+        matches!(self, Error::Exited { last_lines, .. } if last_lines.contains("address already in use"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_exit_for_an_address_in_use_is_a_port_race() {
+        let exited = |last_lines: &str| Error::Exited {
+            name: "kube-scheduler",
+            how: "exited (exit status: 1)".into(),
+            log: PathBuf::from("/tmp/kube-scheduler.log"),
+            last_lines: last_lines.into(),
+        };
+        assert!(exited("listen tcp 127.0.0.1:43049: bind: address already in use").is_port_race());
+        assert!(!exited("unknown flag: --bogus").is_port_race());
+        assert!(
+            !Error::PortTaken {
+                name: "etcd",
+                port: 2379
+            }
+            .is_port_race()
+        );
+    }
+}

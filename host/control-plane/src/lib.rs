@@ -103,14 +103,31 @@ pub struct ControlPlane {
     dir: tempfile::TempDir,
 }
 
+/// How many times a start that lost a port to another process is tried.
+const PORT_RACES: usize = 3;
+
 /// The versions file of this repository.
 pub fn versions_file() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/control-plane/versions")
 }
 
 impl ControlPlane {
-    /// Starts a control plane as `options` say and waits until it is ready.
+    /// Starts a control plane as `options` say and waits until it is ready. A port picked free
+    /// can be taken by another process before the component that was to listen on it starts
+    /// (control planes of tests running side by side pick theirs at the same time): a
+    /// component that exits at start for an address in use is started again, everything with
+    /// new ports, a few times.
     pub fn start(options: Options) -> Result<Self, Error> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(options.clone()) {
+                Err(e) if e.is_port_race() && attempt < PORT_RACES => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once(options: Options) -> Result<Self, Error> {
         let binaries = match options.binaries.clone() {
             Some(binaries) => binaries,
             None => Binaries::located(&Versions::read(&versions_file())?)?,
